@@ -1,0 +1,40 @@
+# moraine: every target goes through `cargo xtask` (xtask/src/main.rs).
+# The cargo target dir lives outside the clone so the ~20 min DuckDB build survives fresh clones.
+CARGO_TARGET_DIR ?= $(HOME)/.cache/moraine/target
+export CARGO_TARGET_DIR
+
+CARGO ?= cargo
+
+.PHONY: all setup build test demo sqltest e2e fmt lint
+
+all: build
+
+setup:
+	@$(CARGO) xtask setup
+
+build:
+	@$(CARGO) xtask build
+
+# Ends with the combined line `N passed, M failed`.
+test:
+	@$(CARGO) xtask test
+
+demo:
+	@$(CARGO) xtask demo
+
+# make sqltest FILTER=harness
+sqltest:
+	@$(CARGO) xtask sqltest $(FILTER)
+
+# make e2e FILTER=runtime
+e2e:
+	@$(CARGO) xtask e2e $(FILTER)
+
+fmt:
+	$(CARGO) fmt --all
+
+# --release for the extension feature: reuses the release DuckDB build instead of a second one.
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --release -p moraine --all-targets --features extension -- -D warnings

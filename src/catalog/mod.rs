@@ -1,0 +1,271 @@
+//! DuckLake's catalog tables as stored records.
+//!
+//! This layer maps the 28 `ducklake_*` kinds and the two dynamic inline
+//! families onto store keys, and materializes committed rows from a read
+//! view. It knows DuckLake's table shapes; it knows key bytes only through
+//! `store::keys`.
+
+pub mod kinds;
+pub mod types;
+
+use crate::error::{Error, Result};
+use crate::inline;
+use crate::store::keys::{self, Subspace};
+use crate::store::value::{decode_record, Record};
+use crate::store::{ReadView, Store};
+pub use kinds::{Kind, Lifecycle, Reclaim, TableDef, TABLES};
+pub use types::{Cell, ColumnType, Row};
+
+/// A table the shim can bind: one of the fixed kinds or an instance of an
+/// inline family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TableRef {
+    Fixed(Kind),
+    /// `ducklake_inlined_data_<table_id>_<schema_version>`
+    InlineData { table_id: i64, schema_version: i64 },
+    /// `ducklake_inlined_delete_<table_id>`
+    InlineDelete { table_id: i64 },
+}
+
+impl TableRef {
+    pub fn parse(name: &str) -> Option<TableRef> {
+        let lower = name.to_ascii_lowercase();
+        if let Some(rest) = lower.strip_prefix("ducklake_inlined_data_") {
+            if let Some((t, v)) = rest.split_once('_') {
+                if let (Ok(table_id), Ok(schema_version)) = (t.parse(), v.parse()) {
+                    return Some(TableRef::InlineData { table_id, schema_version });
+                }
+            }
+        }
+        if let Some(rest) = lower.strip_prefix("ducklake_inlined_delete_") {
+            if let Ok(table_id) = rest.parse() {
+                return Some(TableRef::InlineDelete { table_id });
+            }
+        }
+        Kind::by_name(&lower).map(TableRef::Fixed)
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            TableRef::Fixed(kind) => kind.def().name.to_string(),
+            TableRef::InlineData { table_id, schema_version } => {
+                format!("ducklake_inlined_data_{table_id}_{schema_version}")
+            }
+            TableRef::InlineDelete { table_id } => format!("ducklake_inlined_delete_{table_id}"),
+        }
+    }
+}
+
+/// How a column's cells cross the C ABI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Transfer {
+    Int64 = 0,
+    Bool = 1,
+    Text = 2,
+    Uuid = 3,
+    TimestampTz = 4,
+    /// An opaque DuckDB value, serialized by the shim.
+    Value = 5,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnDesc {
+    pub name: String,
+    /// The DuckDB type name the shim binds the column with.
+    pub type_name: String,
+    pub transfer: Transfer,
+}
+
+impl ColumnDesc {
+    pub fn catalog(name: &str, ty: ColumnType) -> Self {
+        let transfer = match ty {
+            ColumnType::BigInt => Transfer::Int64,
+            ColumnType::Boolean => Transfer::Bool,
+            ColumnType::Varchar => Transfer::Text,
+            ColumnType::Uuid => Transfer::Uuid,
+            ColumnType::TimestampTz => Transfer::TimestampTz,
+        };
+        ColumnDesc { name: name.to_string(), type_name: ty.sql_name().to_string(), transfer }
+    }
+}
+
+pub fn fixed_columns(kind: Kind) -> Vec<ColumnDesc> {
+    kind.def().columns.iter().map(|c| ColumnDesc::catalog(c.name, c.ty)).collect()
+}
+
+/// Where a row of a fixed kind is stored.
+pub fn location(kind: Kind, row: &[Cell]) -> Result<Vec<u8>> {
+    let def = kind.def();
+    let ident: Vec<Cell> = def.key.iter().map(|&i| row.get(i).cloned().unwrap_or(Cell::Null)).collect();
+    Ok(match def.lifecycle {
+        Lifecycle::Snapshot | Lifecycle::SnapshotChanges => keys::key(Subspace::Snapshot, None, &ident),
+        Lifecycle::Versioned { begin, end } => match row.get(end) {
+            None | Some(Cell::Null) => keys::key(Subspace::Current, Some(kind.tag()), &ident),
+            Some(end_cell) => {
+                let mut cells = ident;
+                cells.push(end_cell.clone());
+                cells.push(row.get(begin).cloned().unwrap_or(Cell::Null));
+                keys::key(Subspace::History, Some(kind.tag()), &cells)
+            }
+        },
+        Lifecycle::Unversioned if kind == Kind::SchemaVersions => keys::key(Subspace::SchemaVersion, None, &ident),
+        Lifecycle::Unversioned => keys::key(Subspace::Current, Some(kind.tag()), &ident),
+        Lifecycle::Embedded { .. } => {
+            return Err(Error::Internal(format!("{} rows have no location of their own", def.name)))
+        }
+    })
+}
+
+/// The key prefixes that hold a kind's records (for embedded kinds: the
+/// parent's), in scan order.
+pub fn record_prefixes(kind: Kind) -> Vec<Vec<u8>> {
+    let def = kind.def();
+    match def.lifecycle {
+        Lifecycle::Snapshot | Lifecycle::SnapshotChanges => vec![keys::prefix(Subspace::Snapshot, None)],
+        Lifecycle::Versioned { .. } => vec![
+            keys::prefix(Subspace::Current, Some(kind.tag())),
+            keys::prefix(Subspace::History, Some(kind.tag())),
+        ],
+        Lifecycle::Unversioned if kind == Kind::SchemaVersions => vec![keys::prefix(Subspace::SchemaVersion, None)],
+        Lifecycle::Unversioned => vec![keys::prefix(Subspace::Current, Some(kind.tag()))],
+        Lifecycle::Embedded { parent, .. } => record_prefixes(parent),
+    }
+}
+
+/// The tag a kind's record values are framed with.
+pub fn record_tag(kind: Kind) -> u8 {
+    match kind.def().lifecycle {
+        Lifecycle::Embedded { parent, .. } => parent.tag(),
+        Lifecycle::SnapshotChanges => Kind::Snapshot.tag(),
+        _ => kind.tag(),
+    }
+}
+
+/// The rows a record contributes to a kind's table.
+pub fn rows_of_record(kind: Kind, record: &Record) -> Vec<Row> {
+    match kind.def().lifecycle {
+        Lifecycle::Embedded { .. } | Lifecycle::SnapshotChanges => record.children_of(kind.tag()).to_vec(),
+        _ => vec![record.row.clone()],
+    }
+}
+
+/// The head record: the latest snapshot and a count every batch advances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head {
+    pub snapshot_id: i64,
+    pub batch_count: i64,
+}
+
+pub const HEAD_TAG: u8 = 0xf0;
+pub const FORMAT_TAG: u8 = 0xf1;
+/// The layout version this build writes and reads.
+pub const FORMAT_VERSION: i64 = 1;
+
+impl Head {
+    pub fn encode(&self) -> Vec<u8> {
+        crate::store::value::encode_record(HEAD_TAG, &Record::new(vec![Cell::Int(self.snapshot_id), Cell::Int(self.batch_count)]))
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Head> {
+        let record = decode_record(HEAD_TAG, bytes)?;
+        match record.row.as_slice() {
+            [Cell::Int(snapshot_id), Cell::Int(batch_count)] => Ok(Head { snapshot_id: *snapshot_id, batch_count: *batch_count }),
+            _ => Err(Error::corruption("sys/head has an unexpected shape")),
+        }
+    }
+}
+
+pub fn encode_format() -> Vec<u8> {
+    crate::store::value::encode_record(
+        FORMAT_TAG,
+        &Record::new(vec![Cell::Int(FORMAT_VERSION), Cell::Text(crate::VERSION.to_string())]),
+    )
+}
+
+pub fn check_format(bytes: &[u8]) -> Result<()> {
+    let record = decode_record(FORMAT_TAG, bytes)?;
+    match record.row.first() {
+        Some(Cell::Int(v)) if *v <= FORMAT_VERSION => Ok(()),
+        Some(Cell::Int(v)) => Err(Error::corruption(format!(
+            "this store has layout version {v}, written by a newer moraine; this build reads up to {FORMAT_VERSION}"
+        ))),
+        _ => Err(Error::corruption("sys/format has an unexpected shape")),
+    }
+}
+
+/// Reads the head at a view; `None` means a store DuckLake has not initialised.
+pub async fn read_head(store: &Store, view: &ReadView) -> Result<Option<Head>> {
+    if let Some(format) = store.get(view, keys::SYS_FORMAT).await? {
+        check_format(&format)?;
+    }
+    match store.get(view, keys::SYS_HEAD).await? {
+        Some(bytes) => Ok(Some(Head::decode(&bytes)?)),
+        None => {
+            // A prefix that holds keys but no head is not a moraine store.
+            Ok(None)
+        }
+    }
+}
+
+/// Materializes the committed rows of a table at a view.
+pub async fn committed_rows(store: &Store, view: &ReadView, table: TableRef) -> Result<Vec<Row>> {
+    match table {
+        TableRef::Fixed(kind) => {
+            let tag = record_tag(kind);
+            let mut rows = Vec::new();
+            for prefix in record_prefixes(kind) {
+                for (key, value) in store.scan_prefix(view, &prefix).await? {
+                    let record = decode_record(tag, &value)
+                        .map_err(|e| Error::corruption(format!("{} record {key:02x?}: {e}", kind.def().name)))?;
+                    rows.extend(rows_of_record(kind, &record));
+                }
+            }
+            Ok(rows)
+        }
+        TableRef::InlineData { table_id, schema_version } => {
+            inline::committed_data_rows(store, view, table_id, schema_version).await
+        }
+        TableRef::InlineDelete { table_id } => inline::committed_delete_rows(store, view, table_id).await,
+    }
+}
+
+/// Rows of a fixed kind visible at snapshot `at`: current rows with
+/// `begin <= at`, history rows with `begin <= at < end`; unversioned kinds
+/// serve their current rows.
+pub fn visible_at(kind: Kind, rows: Vec<Row>, at: i64) -> Vec<Row> {
+    match kind.def().lifecycle {
+        Lifecycle::Versioned { begin, end } => rows
+            .into_iter()
+            .filter(|r| {
+                let b = r[begin].as_int().unwrap_or(i64::MAX);
+                let e = r[end].as_int();
+                b <= at && e.is_none_or(|e| at < e)
+            })
+            .collect(),
+        Lifecycle::Snapshot => rows.into_iter().filter(|r| r[0].as_int().is_some_and(|s| s <= at)).collect(),
+        _ => rows,
+    }
+}
+
+/// Checks a row against its table's column types.
+pub fn check_row(kind: Kind, row: &[Cell]) -> Result<()> {
+    let def = kind.def();
+    if row.len() != def.columns.len() {
+        return Err(Error::InvalidArgument(format!(
+            "{} expects {} columns, got {}",
+            def.name,
+            def.columns.len(),
+            row.len()
+        )));
+    }
+    for (i, (cell, col)) in row.iter().zip(def.columns).enumerate() {
+        if !col.ty.accepts(cell) {
+            return Err(Error::InvalidArgument(format!("{}.{} cannot hold {cell:?}", def.name, col.name)));
+        }
+        if cell.is_null() && def.not_null.contains(&i) {
+            return Err(Error::Constraint(format!("{}.{} must not be NULL", def.name, col.name)));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,1 @@
+//! The C ABI the DuckDB shim calls, and the async bridge.

@@ -1,0 +1,1 @@
+//! Reclaiming bytes and auditing retention (see `docs/operating.md`).

@@ -1,0 +1,341 @@
+//! The staged transaction: what one DuckDB transaction on a moraine catalog
+//! read, and what it wrote.
+//!
+//! Reads materialize each table at most once per transaction from one pinned
+//! read view; a scan registers the exact rows it emitted as a *run*, and the
+//! rowids it hands DuckDB index into that run, so the write sink resolves a
+//! rowid against the very rows the scan produced. Writes are staged
+//! untranslated (DuckLake's own cells) and every later scan overlays them
+//! ([`overlay`]), which is what DuckLake's expiry cascade and commit retries
+//! rely on. COMMIT translates the staged operations into one store
+//! transaction ([`translate`]).
+
+pub mod overlay;
+pub mod translate;
+
+use crate::catalog::{self, ColumnDesc, Head, Kind, Row, TableRef};
+use crate::error::{Error, Result};
+use crate::inline;
+use crate::store::{ReadView, Store};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// One row operation DuckLake issued, kept exactly as it arrived.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StagedOp {
+    Insert { table: TableRef, row: Row },
+    Delete { table: TableRef, row: Row },
+    Update { table: TableRef, old: Row, new: Row },
+    CreateTable { table: TableRef, columns: Vec<ColumnDesc> },
+    DropTable { table: TableRef },
+}
+
+impl StagedOp {
+    pub fn table(&self) -> TableRef {
+        match self {
+            StagedOp::Insert { table, .. }
+            | StagedOp::Delete { table, .. }
+            | StagedOp::Update { table, .. }
+            | StagedOp::CreateTable { table, .. }
+            | StagedOp::DropTable { table } => *table,
+        }
+    }
+}
+
+struct Run {
+    base: i64,
+    rows: Arc<Vec<Row>>,
+}
+
+/// The committed state one transaction reads: pinned at its first access.
+struct Pinned {
+    view: ReadView,
+    head: Option<Head>,
+    rows: HashMap<TableRef, Arc<Vec<Row>>>,
+    inline_schemas: BTreeMap<(i64, i64), Vec<ColumnDesc>>,
+    delete_tables: Vec<i64>,
+}
+
+pub struct StagedTransaction {
+    store: Arc<Store>,
+    pinned: Option<Pinned>,
+    runs: Vec<Run>,
+    next_rowid: i64,
+    ops: Vec<StagedOp>,
+}
+
+/// Where a table stands inside a transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableInfo {
+    pub table: TableRef,
+    pub columns: Vec<ColumnDesc>,
+}
+
+impl StagedTransaction {
+    pub fn new(store: Arc<Store>) -> Self {
+        StagedTransaction { store, pinned: None, runs: Vec::new(), next_rowid: 0, ops: Vec::new() }
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    pub fn ops(&self) -> &[StagedOp] {
+        &self.ops
+    }
+
+    async fn pin(&mut self) -> Result<&mut Pinned> {
+        if self.pinned.is_none() {
+            let view = self.store.snapshot()?;
+            let head = catalog::read_head(&self.store, &view).await?;
+            let inline_schemas = inline::committed_schemas(&self.store, &view).await?.into_iter().collect();
+            let delete_tables = inline::committed_delete_tables(&self.store, &view).await?;
+            self.pinned = Some(Pinned { view, head, rows: HashMap::new(), inline_schemas, delete_tables });
+        }
+        self.pinned.as_mut().ok_or_else(|| Error::Internal("read view missing after pinning".into()))
+    }
+
+    /// The head this transaction's reads are based on.
+    pub async fn premise(&mut self) -> Result<Option<Head>> {
+        Ok(self.pin().await?.head)
+    }
+
+    fn staged_fixed_created(&self, kind: Kind) -> bool {
+        self.ops.iter().any(|op| matches!(op, StagedOp::CreateTable { table: TableRef::Fixed(k), .. } if *k == kind))
+    }
+
+    /// Resolves a table name the way DuckDB binds it inside this transaction.
+    pub async fn lookup(&mut self, name: &str) -> Result<Option<TableInfo>> {
+        let Some(table) = TableRef::parse(name) else { return Ok(None) };
+        let initialized = self.pin().await?.head.is_some();
+        let pinned = self.pinned.as_ref().ok_or_else(|| Error::Internal("unpinned".into()))?;
+        let mut columns = match table {
+            TableRef::Fixed(kind) => (initialized || self.staged_fixed_created(kind)).then(|| catalog::fixed_columns(kind)),
+            TableRef::InlineData { table_id, schema_version } => {
+                pinned.inline_schemas.get(&(table_id, schema_version)).map(|user| inline::data_columns(user))
+            }
+            TableRef::InlineDelete { table_id } => {
+                pinned.delete_tables.contains(&table_id).then(inline::delete_columns)
+            }
+        };
+        if matches!(table, TableRef::Fixed(_)) {
+            return Ok(columns.map(|columns| TableInfo { table, columns }));
+        }
+        for op in &self.ops {
+            match op {
+                StagedOp::CreateTable { table: t, columns: c } if *t == table => columns = Some(c.clone()),
+                StagedOp::DropTable { table: t } if *t == table => columns = None,
+                _ => {}
+            }
+        }
+        Ok(columns.map(|columns| TableInfo { table, columns }))
+    }
+
+    /// Every table name visible in this transaction.
+    pub async fn list_tables(&mut self) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        for kind in Kind::ALL {
+            if self.lookup(kind.def().name).await?.is_some() {
+                names.push(kind.def().name.to_string());
+            }
+        }
+        let pinned = self.pin().await?;
+        let mut dynamic: Vec<String> = pinned
+            .inline_schemas
+            .keys()
+            .map(|(t, v)| TableRef::InlineData { table_id: *t, schema_version: *v }.name())
+            .chain(pinned.delete_tables.iter().map(|t| TableRef::InlineDelete { table_id: *t }.name()))
+            .collect();
+        dynamic.extend(self.ops.iter().filter_map(|op| match op {
+            StagedOp::CreateTable { table, .. } if !matches!(table, TableRef::Fixed(_)) => Some(table.name()),
+            _ => None,
+        }));
+        dynamic.sort();
+        dynamic.dedup();
+        for name in dynamic {
+            if self.lookup(&name).await?.is_some() {
+                names.push(name);
+            }
+        }
+        Ok(names)
+    }
+
+    pub async fn create_table(&mut self, name: &str, columns: Vec<ColumnDesc>, if_not_exists: bool) -> Result<()> {
+        let table = TableRef::parse(name).ok_or_else(|| {
+            Error::Unsupported(format!(
+                "CREATE TABLE {name}: a moraine catalog holds only DuckLake's metadata tables"
+            ))
+        })?;
+        if self.lookup(name).await?.is_some() {
+            if if_not_exists {
+                return Ok(());
+            }
+            return Err(Error::InvalidArgument(format!("table {name} already exists")));
+        }
+        let columns = match table {
+            TableRef::Fixed(kind) => {
+                validate_columns(name, &columns, &catalog::fixed_columns(kind))?;
+                catalog::fixed_columns(kind)
+            }
+            TableRef::InlineData { .. } => {
+                let system = inline::data_columns(&[]);
+                if columns.len() < system.len() {
+                    return Err(Error::InvalidArgument(format!("{name} needs the columns row_id, begin_snapshot, end_snapshot")));
+                }
+                validate_columns(name, &columns[..system.len()], &system)?;
+                columns
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, c)| if i < system.len() { system[i].clone() } else { ColumnDesc { transfer: catalog::Transfer::Value, ..c } })
+                    .collect()
+            }
+            TableRef::InlineDelete { .. } => {
+                validate_columns(name, &columns, &inline::delete_columns())?;
+                inline::delete_columns()
+            }
+        };
+        self.ops.push(StagedOp::CreateTable { table, columns });
+        Ok(())
+    }
+
+    pub async fn drop_table(&mut self, name: &str, if_exists: bool) -> Result<()> {
+        let Some(info) = self.lookup(name).await? else {
+            if if_exists {
+                return Ok(());
+            }
+            return Err(Error::NotFound(format!("table {name} does not exist")));
+        };
+        if matches!(info.table, TableRef::Fixed(_)) {
+            return Err(Error::Unsupported(format!("DROP TABLE {name}: DuckLake's metadata tables cannot be dropped")));
+        }
+        self.ops.push(StagedOp::DropTable { table: info.table });
+        Ok(())
+    }
+
+    async fn committed(&mut self, table: TableRef) -> Result<Arc<Vec<Row>>> {
+        let store = self.store.clone();
+        let pinned = self.pin().await?;
+        if let Some(rows) = pinned.rows.get(&table) {
+            return Ok(rows.clone());
+        }
+        let rows = Arc::new(catalog::committed_rows(&store, &pinned.view, table).await?);
+        pinned.rows.insert(table, rows.clone());
+        Ok(rows)
+    }
+
+    /// The rows a scan of `table` sees now: committed rows with this
+    /// transaction's staged operations applied.
+    pub async fn visible_rows(&mut self, table: TableRef) -> Result<Arc<Vec<Row>>> {
+        let committed = self.committed(table).await?;
+        if !self.ops.iter().any(|op| overlay::affects(op, table)) {
+            return Ok(committed);
+        }
+        let parent = match overlay::parent_table(table) {
+            Some(parent) => Some(Box::pin(self.visible_rows(parent)).await?),
+            None => None,
+        };
+        Ok(Arc::new(overlay::apply(table, &committed, &self.ops, parent.as_deref().map(Vec::as_slice))))
+    }
+
+    /// Materializes a table for one scan and registers the run; returns the
+    /// first rowid and the rows.
+    pub async fn scan(&mut self, table: TableRef) -> Result<(i64, Arc<Vec<Row>>)> {
+        let rows = self.visible_rows(table).await?;
+        let base = self.next_rowid;
+        self.next_rowid += rows.len() as i64;
+        self.runs.push(Run { base, rows: rows.clone() });
+        Ok((base, rows))
+    }
+
+    fn resolve(&self, rowid: i64) -> Result<Row> {
+        let run = self
+            .runs
+            .iter()
+            .rev()
+            .find(|r| rowid >= r.base && rowid < r.base + r.rows.len() as i64)
+            .ok_or_else(|| Error::Internal(format!("rowid {rowid} was not emitted by a scan in this transaction")))?;
+        Ok(run.rows[(rowid - run.base) as usize].clone())
+    }
+
+    pub async fn stage_insert(&mut self, table: TableRef, rows: Vec<Row>) -> Result<()> {
+        self.pin().await?;
+        for row in rows {
+            if let TableRef::Fixed(kind) = table {
+                catalog::check_row(kind, &row)?;
+            }
+            self.ops.push(StagedOp::Insert { table, row });
+        }
+        Ok(())
+    }
+
+    pub async fn stage_delete(&mut self, table: TableRef, rowids: &[i64]) -> Result<()> {
+        self.pin().await?;
+        for &rowid in rowids {
+            let row = self.resolve(rowid)?;
+            self.ops.push(StagedOp::Delete { table, row });
+        }
+        Ok(())
+    }
+
+    /// `columns[i]` is the table column that `values[r][i]` sets.
+    pub async fn stage_update(&mut self, table: TableRef, rowids: &[i64], columns: &[usize], values: Vec<Row>) -> Result<()> {
+        self.pin().await?;
+        if values.len() != rowids.len() {
+            return Err(Error::Internal("update values and rowids differ in length".into()));
+        }
+        for (&rowid, set) in rowids.iter().zip(values) {
+            let old = self.resolve(rowid)?;
+            let mut new = old.clone();
+            for (&c, v) in columns.iter().zip(set) {
+                let slot = new
+                    .get_mut(c)
+                    .ok_or_else(|| Error::Internal(format!("update of column {c} beyond the row")))?;
+                *slot = v;
+            }
+            if let TableRef::Fixed(kind) = table {
+                catalog::check_row(kind, &new)?;
+            }
+            self.ops.push(StagedOp::Update { table, old, new });
+        }
+        Ok(())
+    }
+
+    /// Translates the staged operations into one store transaction and waits
+    /// until it is durable.
+    pub async fn commit(&mut self) -> Result<CommitOutcome> {
+        if self.ops.is_empty() {
+            return Ok(CommitOutcome::Empty);
+        }
+        let premise = self.premise().await?;
+        translate::commit(&self.store, premise, &self.ops).await
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitOutcome {
+    Empty,
+    /// A commit that minted this snapshot.
+    Snapshot(i64),
+    /// A maintenance batch: head keeps its snapshot, the batch count advances.
+    HeadPreserving(Head),
+}
+
+fn validate_columns(name: &str, given: &[ColumnDesc], expected: &[ColumnDesc]) -> Result<()> {
+    let render = |cols: &[ColumnDesc]| {
+        cols.iter().map(|c| format!("{} {}", c.name, c.type_name)).collect::<Vec<_>>().join(", ")
+    };
+    let same = given.len() == expected.len()
+        && given.iter().zip(expected).all(|(g, e)| {
+            g.name.eq_ignore_ascii_case(&e.name)
+                && catalog::ColumnType::parse(&g.type_name) == catalog::ColumnType::parse(&e.type_name)
+        });
+    if same {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "CREATE TABLE {name}({}) does not match DuckLake 1.5.5's schema ({})",
+            render(given),
+            render(expected)
+        )))
+    }
+}

@@ -1,0 +1,126 @@
+//! Store locations: a local directory (`/path`, `file:///path`), a named
+//! in-process store (`memory://name`) or an S3 prefix (`s3://bucket/prefix`).
+
+use crate::error::{Error, Result};
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::ObjectStore;
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreUri {
+    Local(PathBuf),
+    Memory(String),
+    S3 { bucket: String, prefix: String },
+}
+
+impl fmt::Display for StoreUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreUri::Local(p) => write!(f, "{}", p.display()),
+            StoreUri::Memory(name) => write!(f, "memory://{name}"),
+            StoreUri::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
+        }
+    }
+}
+
+/// `memory://` stores live as long as the process, so a DETACH followed by an
+/// ATTACH of the same name sees the same catalog.
+fn memory_stores() -> &'static Mutex<HashMap<String, Arc<InMemory>>> {
+    static STORES: OnceLock<Mutex<HashMap<String, Arc<InMemory>>>> = OnceLock::new();
+    STORES.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+impl StoreUri {
+    pub fn parse(text: &str) -> Result<StoreUri> {
+        let text = text.trim();
+        let invalid = |why: &str| Error::InvalidArgument(format!("invalid moraine store URI '{text}': {why}"));
+        if text.is_empty() {
+            return Err(invalid("it is empty; expected a directory, file://, memory://name or s3://bucket/prefix"));
+        }
+        if let Some(name) = text.strip_prefix("memory://") {
+            if name.is_empty() || name.contains('/') {
+                return Err(invalid("memory:// needs a name without '/', e.g. memory://lake"));
+            }
+            return Ok(StoreUri::Memory(name.to_string()));
+        }
+        if let Some(rest) = text.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(invalid("s3:// needs a bucket"));
+            }
+            return Ok(StoreUri::S3 { bucket: bucket.to_string(), prefix: prefix.trim_matches('/').to_string() });
+        }
+        let path = match text.strip_prefix("file://") {
+            Some(p) if p.starts_with('/') => p,
+            Some(_) => return Err(invalid("file:// needs an absolute path, e.g. file:///data/lake")),
+            None => text,
+        };
+        if let Some((scheme, _)) = path.split_once("://") {
+            return Err(invalid(&format!("unsupported scheme '{scheme}://'")));
+        }
+        let path = PathBuf::from(path);
+        let absolute = if path.is_absolute() {
+            path
+        } else {
+            std::env::current_dir().map_err(|e| invalid(&format!("cannot resolve a relative path: {e}")))?.join(path)
+        };
+        Ok(StoreUri::Local(absolute))
+    }
+
+    pub fn object_store(&self) -> Result<Arc<dyn ObjectStore>> {
+        match self {
+            StoreUri::Local(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| Error::store(format!("creating {}", dir.display()), e))?;
+                let fs = LocalFileSystem::new_with_prefix(dir)
+                    .map_err(|e| Error::store(format!("opening {}", dir.display()), e))?;
+                Ok(Arc::new(fs))
+            }
+            StoreUri::Memory(name) => {
+                let mut stores = memory_stores().lock().map_err(|_| Error::Internal("memory store registry poisoned".into()))?;
+                Ok(stores.entry(name.clone()).or_insert_with(|| Arc::new(InMemory::new())).clone())
+            }
+            StoreUri::S3 { .. } => Err(Error::Unsupported(format!("{self}: s3:// stores are not wired up yet"))),
+        }
+    }
+
+    /// The SlateDB path inside the object store.
+    pub fn root_path(&self) -> Path {
+        match self {
+            StoreUri::S3 { prefix, .. } if !prefix.is_empty() => Path::from(format!("{prefix}/catalog")),
+            _ => Path::from("catalog"),
+        }
+    }
+
+    pub fn is_local(&self) -> bool {
+        matches!(self, StoreUri::Local(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_supported_forms() {
+        assert_eq!(StoreUri::parse("/tmp/x").unwrap(), StoreUri::Local("/tmp/x".into()));
+        assert_eq!(StoreUri::parse("file:///tmp/x").unwrap(), StoreUri::Local("/tmp/x".into()));
+        assert_eq!(StoreUri::parse("memory://a").unwrap(), StoreUri::Memory("a".into()));
+        assert_eq!(
+            StoreUri::parse("s3://b/p/q/").unwrap(),
+            StoreUri::S3 { bucket: "b".into(), prefix: "p/q".into() }
+        );
+    }
+
+    #[test]
+    fn malformed_uris_are_clear_errors() {
+        for bad in ["", "memory://", "memory://a/b", "s3://", "file://rel", "gs://b/x"] {
+            let err = StoreUri::parse(bad).unwrap_err().to_string();
+            assert!(err.contains("invalid moraine store URI"), "{bad}: {err}");
+        }
+    }
+}
