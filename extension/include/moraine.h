@@ -1,0 +1,100 @@
+// The C ABI between the DuckDB shim and the Rust core. Implemented in
+// src/ffi/abi.rs; a Rust test checks that both sides declare the same
+// functions. Fallible calls return 0 on success, otherwise a status code, and
+// write a message the caller frees with moraine_free_string.
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct MoraineDb MoraineDb;
+typedef struct MoraineTxn MoraineTxn;
+typedef struct MoraineTableDesc MoraineTableDesc;
+typedef struct MoraineStrings MoraineStrings;
+typedef struct MoraineScan MoraineScan;
+
+// Status codes (crate::Error::code).
+enum {
+	MORAINE_OK = 0,
+	MORAINE_CONFLICT = 1,
+	MORAINE_NOT_FOUND = 2,
+	MORAINE_CONSTRAINT = 3,
+	MORAINE_INVALID_ARGUMENT = 4,
+	MORAINE_CORRUPTION = 5,
+	MORAINE_STORE = 6,
+	MORAINE_FENCED = 7,
+	MORAINE_UNSUPPORTED = 8,
+	MORAINE_INTERNAL = 9,
+};
+
+// Cell kinds.
+enum { MORAINE_CELL_NULL = 0, MORAINE_CELL_INT = 1, MORAINE_CELL_BOOL = 2, MORAINE_CELL_TEXT = 3, MORAINE_CELL_BLOB = 4 };
+
+// Column transfer classes (crate::catalog::Transfer).
+enum {
+	MORAINE_TRANSFER_INT64 = 0,
+	MORAINE_TRANSFER_BOOL = 1,
+	MORAINE_TRANSFER_TEXT = 2,
+	MORAINE_TRANSFER_UUID = 3,
+	MORAINE_TRANSFER_TIMESTAMPTZ = 4,
+	MORAINE_TRANSFER_VALUE = 5,
+};
+
+typedef struct MoraineCell {
+	uint8_t kind;
+	int64_t int_value;
+	const char *ptr;
+	size_t len;
+} MoraineCell;
+
+const char *moraine_version(void);
+void moraine_free_string(char *s);
+
+int32_t moraine_open(const char *uri, const char *const *option_names, const char *const *option_values,
+                     size_t option_count, bool read_only, MoraineDb **db_out, char **err);
+void moraine_close(MoraineDb *db);
+bool moraine_db_is_read_only(MoraineDb *db);
+
+int32_t moraine_txn_begin(MoraineDb *db, MoraineTxn **txn_out, char **err);
+int32_t moraine_txn_commit(MoraineTxn *txn, char **err);
+void moraine_txn_free(MoraineTxn *txn);
+bool moraine_txn_has_writes(MoraineTxn *txn);
+
+int32_t moraine_txn_lookup(MoraineTxn *txn, const char *name, MoraineTableDesc **desc_out, char **err);
+const char *moraine_table_desc_name(MoraineTableDesc *desc);
+size_t moraine_table_desc_column_count(MoraineTableDesc *desc);
+bool moraine_table_desc_column(MoraineTableDesc *desc, size_t i, const char **name_out, const char **type_out,
+                               uint8_t *transfer_out);
+void moraine_table_desc_free(MoraineTableDesc *desc);
+
+int32_t moraine_txn_list_tables(MoraineTxn *txn, MoraineStrings **list_out, char **err);
+size_t moraine_strings_len(MoraineStrings *list);
+const char *moraine_strings_get(MoraineStrings *list, size_t i);
+void moraine_strings_free(MoraineStrings *list);
+
+int32_t moraine_txn_create_table(MoraineTxn *txn, const char *name, size_t column_count,
+                                 const char *const *column_names, const char *const *column_types,
+                                 bool if_not_exists, char **err);
+int32_t moraine_txn_drop_table(MoraineTxn *txn, const char *name, bool if_exists, char **err);
+
+int32_t moraine_txn_scan(MoraineTxn *txn, const char *name, MoraineScan **scan_out, char **err);
+int64_t moraine_scan_base(MoraineScan *scan);
+size_t moraine_scan_row_count(MoraineScan *scan);
+uint8_t moraine_scan_cell(MoraineScan *scan, size_t row, size_t column, int64_t *int_out, const char **ptr_out,
+                          size_t *len_out);
+void moraine_scan_free(MoraineScan *scan);
+
+int32_t moraine_txn_insert(MoraineTxn *txn, const char *name, size_t row_count, size_t column_count,
+                           const MoraineCell *row_cells, char **err);
+int32_t moraine_txn_delete(MoraineTxn *txn, const char *name, size_t count, const int64_t *rowids, char **err);
+int32_t moraine_txn_update(MoraineTxn *txn, const char *name, size_t count, const int64_t *rowids,
+                           size_t column_count, const size_t *columns, const MoraineCell *row_cells, char **err);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,128 @@
+#include "moraine_ffi.hpp"
+
+#include "duckdb/common/serializer/binary_deserializer.hpp"
+#include "duckdb/common/serializer/binary_serializer.hpp"
+#include "duckdb/common/serializer/memory_stream.hpp"
+#include "duckdb/common/types/uuid.hpp"
+
+namespace duckdb {
+
+void ThrowMoraineError(int32_t code, char *err) {
+	string message = err ? string(err) : string("unknown moraine error");
+	moraine_free_string(err);
+	switch (code) {
+	case MORAINE_CONFLICT:
+		throw TransactionException(message);
+	case MORAINE_NOT_FOUND:
+		throw CatalogException(message);
+	case MORAINE_CONSTRAINT:
+		throw ConstraintException(message);
+	case MORAINE_INVALID_ARGUMENT:
+		throw InvalidInputException(message);
+	case MORAINE_UNSUPPORTED:
+		throw NotImplementedException(message);
+	case MORAINE_CORRUPTION:
+	case MORAINE_STORE:
+	case MORAINE_FENCED:
+		throw IOException(message);
+	default:
+		// Not InternalException: that would invalidate the whole database.
+		throw InvalidInputException(message);
+	}
+}
+
+void MoraineCellBuffer::Reserve(idx_t rows, idx_t stride) {
+	cells.assign(rows * stride, MoraineCell {MORAINE_CELL_NULL, 0, nullptr, 0});
+	owned.clear();
+	owned.reserve(rows * stride);
+}
+
+void MoraineCellBuffer::SetColumn(Vector &vector, idx_t count, idx_t column, idx_t stride, uint8_t transfer) {
+	for (idx_t row = 0; row < count; row++) {
+		auto &cell = cells[row * stride + column];
+		auto value = vector.GetValue(row);
+		if (value.IsNull()) {
+			continue;
+		}
+		switch (transfer) {
+		case MORAINE_TRANSFER_INT64:
+			cell.kind = MORAINE_CELL_INT;
+			cell.int_value = value.DefaultCastAs(LogicalType::BIGINT).GetValue<int64_t>();
+			break;
+		case MORAINE_TRANSFER_TIMESTAMPTZ:
+			cell.kind = MORAINE_CELL_INT;
+			cell.int_value = value.DefaultCastAs(LogicalType::TIMESTAMP_TZ).GetValue<timestamp_tz_t>().value;
+			break;
+		case MORAINE_TRANSFER_BOOL:
+			cell.kind = MORAINE_CELL_BOOL;
+			cell.int_value = value.DefaultCastAs(LogicalType::BOOLEAN).GetValue<bool>() ? 1 : 0;
+			break;
+		case MORAINE_TRANSFER_TEXT:
+		case MORAINE_TRANSFER_UUID:
+			owned.push_back(value.ToString());
+			cell.kind = MORAINE_CELL_TEXT;
+			cell.ptr = owned.back().data();
+			cell.len = owned.back().size();
+			break;
+		default: {
+			MemoryStream stream;
+			BinarySerializer::Serialize(value, stream);
+			owned.emplace_back(const_char_ptr_cast(stream.GetData()), stream.GetPosition());
+			cell.kind = MORAINE_CELL_BLOB;
+			cell.ptr = owned.back().data();
+			cell.len = owned.back().size();
+			break;
+		}
+		}
+	}
+}
+
+static Value DeserializeValue(const char *ptr, size_t len) {
+	MemoryStream stream(data_ptr_cast(const_cast<char *>(ptr)), len);
+	BinaryDeserializer deserializer(stream);
+	deserializer.Begin();
+	auto value = Value::Deserialize(deserializer);
+	deserializer.End();
+	return value;
+}
+
+void FillVector(MoraineScan *scan, idx_t column, uint8_t transfer, idx_t offset, idx_t count, Vector &out) {
+	auto &validity = FlatVector::Validity(out);
+	for (idx_t i = 0; i < count; i++) {
+		int64_t int_value = 0;
+		const char *ptr = nullptr;
+		size_t len = 0;
+		auto kind = moraine_scan_cell(scan, offset + i, column, &int_value, &ptr, &len);
+		if (kind == MORAINE_CELL_NULL) {
+			validity.SetInvalid(i);
+			continue;
+		}
+		switch (transfer) {
+		case MORAINE_TRANSFER_INT64:
+			FlatVector::GetData<int64_t>(out)[i] = int_value;
+			break;
+		case MORAINE_TRANSFER_TIMESTAMPTZ:
+			FlatVector::GetData<timestamp_tz_t>(out)[i] = timestamp_tz_t(int_value);
+			break;
+		case MORAINE_TRANSFER_BOOL:
+			FlatVector::GetData<bool>(out)[i] = int_value != 0;
+			break;
+		case MORAINE_TRANSFER_TEXT:
+			FlatVector::GetData<string_t>(out)[i] = StringVector::AddString(out, ptr, len);
+			break;
+		case MORAINE_TRANSFER_UUID: {
+			hugeint_t uuid;
+			if (!UUID::FromString(string(ptr, len), uuid)) {
+				throw IOException("moraine: stored UUID '%s' is malformed", string(ptr, len));
+			}
+			FlatVector::GetData<hugeint_t>(out)[i] = uuid;
+			break;
+		}
+		default:
+			out.SetValue(i, DeserializeValue(ptr, len));
+			break;
+		}
+	}
+}
+
+} // namespace duckdb

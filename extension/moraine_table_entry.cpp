@@ -1,0 +1,26 @@
+#include "moraine_table_entry.hpp"
+
+#include "duckdb/storage/table_storage_info.hpp"
+#include "moraine_scan.hpp"
+
+namespace duckdb {
+
+MoraineTableEntry::MoraineTableEntry(Catalog &catalog, SchemaCatalogEntry &schema, CreateTableInfo &info,
+                                     vector<uint8_t> transfers_p)
+    : TableCatalogEntry(catalog, schema, info), transfers(std::move(transfers_p)) {
+}
+
+unique_ptr<BaseStatistics> MoraineTableEntry::GetStatistics(ClientContext &context, column_t column_id) {
+	return nullptr;
+}
+
+TableFunction MoraineTableEntry::GetScanFunction(ClientContext &context, unique_ptr<FunctionData> &bind_data) {
+	bind_data = make_uniq<MoraineScanBindData>(*this);
+	return MoraineScanFunction();
+}
+
+TableStorageInfo MoraineTableEntry::GetStorageInfo(ClientContext &context) {
+	return TableStorageInfo();
+}
+
+} // namespace duckdb

@@ -1,0 +1,127 @@
+#include "moraine_transaction.hpp"
+
+#include "duckdb/parser/parsed_data/create_table_info.hpp"
+#include "duckdb/common/types/type_manager.hpp"
+#include "moraine_catalog.hpp"
+
+namespace duckdb {
+
+MoraineTransaction::MoraineTransaction(MoraineCatalog &catalog_p, TransactionManager &manager, ClientContext &context)
+    : Transaction(manager, context), catalog(catalog_p) {
+	MoraineCall([&](char **err) { return moraine_txn_begin(catalog.Handle(), &txn, err); });
+}
+
+MoraineTransaction::~MoraineTransaction() {
+	moraine_txn_free(txn);
+}
+
+MoraineTransaction &MoraineTransaction::Get(ClientContext &context, Catalog &catalog) {
+	return Transaction::Get(context, catalog).Cast<MoraineTransaction>();
+}
+
+void MoraineTransaction::Commit() {
+	MoraineCall([&](char **err) { return moraine_txn_commit(txn, err); });
+}
+
+MoraineTableEntry *MoraineTransaction::GetTable(ClientContext &context, SchemaCatalogEntry &schema,
+                                                const string &name) {
+	lock_guard<mutex> guard(lock);
+	auto cached = entries.find(name);
+	if (cached != entries.end()) {
+		return cached->second.get();
+	}
+	MoraineTableDesc *desc = nullptr;
+	MoraineCall([&](char **err) { return moraine_txn_lookup(txn, name.c_str(), &desc, err); });
+	if (!desc) {
+		return nullptr;
+	}
+	CreateTableInfo info(schema, moraine_table_desc_name(desc));
+	vector<uint8_t> transfers;
+	auto count = moraine_table_desc_column_count(desc);
+	for (idx_t i = 0; i < count; i++) {
+		const char *col_name = nullptr;
+		const char *col_type = nullptr;
+		uint8_t transfer = 0;
+		moraine_table_desc_column(desc, i, &col_name, &col_type, &transfer);
+		LogicalType type;
+		try {
+			type = TransformStringToLogicalType(col_type, context);
+		} catch (std::exception &ex) {
+			moraine_table_desc_free(desc);
+			throw IOException("moraine: column %s of %s has a type DuckDB cannot parse: %s", col_name, name, col_type);
+		}
+		info.columns.AddColumn(ColumnDefinition(col_name, std::move(type)));
+		transfers.push_back(transfer);
+	}
+	moraine_table_desc_free(desc);
+	auto entry = make_uniq<MoraineTableEntry>(catalog, schema, info, std::move(transfers));
+	auto result = entry.get();
+	entries[name] = std::move(entry);
+	return result;
+}
+
+vector<string> MoraineTransaction::ListTables() {
+	MoraineStrings *list = nullptr;
+	MoraineCall([&](char **err) { return moraine_txn_list_tables(txn, &list, err); });
+	vector<string> names;
+	for (idx_t i = 0; i < moraine_strings_len(list); i++) {
+		names.emplace_back(moraine_strings_get(list, i));
+	}
+	moraine_strings_free(list);
+	return names;
+}
+
+void MoraineTransaction::CreateTable(const string &name, const vector<string> &names, const vector<string> &types,
+                                     bool if_not_exists) {
+	lock_guard<mutex> guard(lock);
+	vector<const char *> name_ptrs;
+	vector<const char *> type_ptrs;
+	for (idx_t i = 0; i < names.size(); i++) {
+		name_ptrs.push_back(names[i].c_str());
+		type_ptrs.push_back(types[i].c_str());
+	}
+	MoraineCall([&](char **err) {
+		return moraine_txn_create_table(txn, name.c_str(), names.size(), name_ptrs.data(), type_ptrs.data(),
+		                                if_not_exists, err);
+	});
+	auto cached = entries.find(name);
+	if (cached != entries.end()) {
+		retired.push_back(std::move(cached->second));
+		entries.erase(cached);
+	}
+}
+
+void MoraineTransaction::DropTable(const string &name, bool if_exists) {
+	lock_guard<mutex> guard(lock);
+	MoraineCall([&](char **err) { return moraine_txn_drop_table(txn, name.c_str(), if_exists, err); });
+	auto cached = entries.find(name);
+	if (cached != entries.end()) {
+		retired.push_back(std::move(cached->second));
+		entries.erase(cached);
+	}
+}
+
+MoraineScan *MoraineTransaction::Scan(const string &name) {
+	MoraineScan *scan = nullptr;
+	MoraineCall([&](char **err) { return moraine_txn_scan(txn, name.c_str(), &scan, err); });
+	return scan;
+}
+
+void MoraineTransaction::Insert(const string &name, idx_t rows, idx_t columns, const MoraineCell *cells) {
+	MoraineCall([&](char **err) { return moraine_txn_insert(txn, name.c_str(), rows, columns, cells, err); });
+}
+
+void MoraineTransaction::Delete(const string &name, const vector<int64_t> &rowids) {
+	MoraineCall([&](char **err) { return moraine_txn_delete(txn, name.c_str(), rowids.size(), rowids.data(), err); });
+}
+
+void MoraineTransaction::Update(const string &name, const vector<int64_t> &rowids, const vector<idx_t> &columns,
+                                const MoraineCell *cells) {
+	vector<size_t> cols(columns.begin(), columns.end());
+	MoraineCall([&](char **err) {
+		return moraine_txn_update(txn, name.c_str(), rowids.size(), rowids.data(), cols.size(), cols.data(), cells,
+		                          err);
+	});
+}
+
+} // namespace duckdb

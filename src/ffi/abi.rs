@@ -1,0 +1,517 @@
+//! The exported `moraine_*` functions.
+
+use super::bridge::block_on;
+use crate::catalog::{Cell, Row, TableRef};
+use crate::error::{Error, Result};
+use crate::staged::{StagedTransaction, TableInfo};
+use crate::store::{Store, StoreSettings, StoreUri};
+use std::ffi::{c_char, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+
+pub struct MoraineDb {
+    store: Arc<Store>,
+}
+
+pub struct MoraineTxn {
+    staged: Mutex<StagedTransaction>,
+}
+
+pub struct MoraineTableDesc {
+    name: CString,
+    columns: Vec<(CString, CString, u8)>,
+}
+
+pub struct MoraineStrings {
+    items: Vec<CString>,
+}
+
+pub struct MoraineScan {
+    base: i64,
+    rows: Arc<Vec<Row>>,
+}
+
+/// One cell crossing the ABI. `kind`: 0 NULL, 1 integer, 2 boolean
+/// (`int_value` 0/1), 3 text, 4 opaque bytes (`ptr`/`len`).
+#[repr(C)]
+pub struct MoraineCell {
+    pub kind: u8,
+    pub int_value: i64,
+    pub ptr: *const c_char,
+    pub len: usize,
+}
+
+pub const CELL_NULL: u8 = 0;
+pub const CELL_INT: u8 = 1;
+pub const CELL_BOOL: u8 = 2;
+pub const CELL_TEXT: u8 = 3;
+pub const CELL_BLOB: u8 = 4;
+
+/// Runs `body`, turning errors and panics into a status code and a message.
+fn guarded(err_out: *mut *mut c_char, body: impl FnOnce() -> Result<()>) -> i32 {
+    let result = catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(Error::Internal(what))
+    });
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            if !err_out.is_null() {
+                let text = CString::new(e.message().replace('\0', " ")).unwrap_or_default();
+                // SAFETY: the caller passes a valid out-pointer or null.
+                unsafe { *err_out = text.into_raw() };
+            }
+            e.code()
+        }
+    }
+}
+
+fn text<'a>(ptr: *const c_char, what: &str) -> Result<&'a str> {
+    if ptr.is_null() {
+        return Err(Error::Internal(format!("{what} is null")));
+    }
+    // SAFETY: the shim passes NUL-terminated strings that outlive the call.
+    unsafe { CStr::from_ptr(ptr) }.to_str().map_err(|_| Error::InvalidArgument(format!("{what} is not UTF-8")))
+}
+
+fn handle<'a, T>(ptr: *mut T, what: &str) -> Result<&'a T> {
+    // SAFETY: handles are boxes this module created and the shim has not freed.
+    unsafe { ptr.as_ref() }.ok_or_else(|| Error::Internal(format!("{what} handle is null")))
+}
+
+fn out<T>(slot: *mut *mut T, value: T) -> Result<()> {
+    if slot.is_null() {
+        return Err(Error::Internal("null out-pointer".into()));
+    }
+    // SAFETY: checked non-null; the shim owns the slot.
+    unsafe { *slot = Box::into_raw(Box::new(value)) };
+    Ok(())
+}
+
+fn free<T>(ptr: *mut T) {
+    if !ptr.is_null() {
+        // SAFETY: created by Box::into_raw in this module, freed once by the shim.
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(ptr) })));
+    }
+}
+
+fn lock(txn: &MoraineTxn) -> Result<std::sync::MutexGuard<'_, StagedTransaction>> {
+    txn.staged.lock().map_err(|_| Error::Internal("transaction state poisoned by an earlier panic".into()))
+}
+
+fn table_ref(name: &str) -> Result<TableRef> {
+    TableRef::parse(name).ok_or_else(|| Error::NotFound(format!("table {name} is not a DuckLake metadata table")))
+}
+
+fn cells(ptr: *const MoraineCell, count: usize) -> Result<Vec<Cell>> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    if ptr.is_null() {
+        return Err(Error::Internal("null cell array".into()));
+    }
+    // SAFETY: the shim passes `count` initialised cells.
+    let raw = unsafe { std::slice::from_raw_parts(ptr, count) };
+    raw.iter()
+        .map(|c| {
+            let bytes = || -> &[u8] {
+                if c.ptr.is_null() || c.len == 0 {
+                    &[]
+                } else {
+                    // SAFETY: ptr/len describe a live buffer for the call.
+                    unsafe { std::slice::from_raw_parts(c.ptr.cast::<u8>(), c.len) }
+                }
+            };
+            Ok(match c.kind {
+                CELL_NULL => Cell::Null,
+                CELL_INT => Cell::Int(c.int_value),
+                CELL_BOOL => Cell::Bool(c.int_value != 0),
+                CELL_TEXT => Cell::Text(
+                    String::from_utf8(bytes().to_vec()).map_err(|_| Error::InvalidArgument("text is not UTF-8".into()))?,
+                ),
+                CELL_BLOB => Cell::Blob(bytes().to_vec()),
+                k => return Err(Error::Internal(format!("unknown cell kind {k}"))),
+            })
+        })
+        .collect()
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_version() -> *const c_char {
+    static VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
+    VERSION.as_ptr().cast()
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_free_string(s: *mut c_char) {
+    if !s.is_null() {
+        // SAFETY: created by CString::into_raw in this module.
+        drop(unsafe { CString::from_raw(s) });
+    }
+}
+
+/// Opens (or creates) a store. `read_only` opens a reader that never fences
+/// a writer.
+#[no_mangle]
+pub extern "C" fn moraine_open(
+    uri: *const c_char,
+    option_names: *const *const c_char,
+    option_values: *const *const c_char,
+    option_count: usize,
+    read_only: bool,
+    db_out: *mut *mut MoraineDb,
+    err: *mut *mut c_char,
+) -> i32 {
+    guarded(err, || {
+        let uri = StoreUri::parse(text(uri, "store URI")?)?;
+        let mut settings = StoreSettings { read_only, ..StoreSettings::default() };
+        for i in 0..option_count {
+            // SAFETY: the shim passes `option_count` names and values.
+            let (name, value) = unsafe { (*option_names.add(i), *option_values.add(i)) };
+            settings.apply_option(text(name, "option name")?, text(value, "option value")?)?;
+        }
+        let store = block_on(Store::open(&uri, &settings))??;
+        out(db_out, MoraineDb { store: Arc::new(store) })
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_close(db: *mut MoraineDb) {
+    if db.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: created by moraine_open, closed once.
+        let db = unsafe { Box::from_raw(db) };
+        let _ = block_on(db.store.close());
+    }));
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_db_is_read_only(db: *mut MoraineDb) -> bool {
+    handle(db, "database").map(|db| db.store.is_read_only()).unwrap_or(true)
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_txn_begin(db: *mut MoraineDb, txn_out: *mut *mut MoraineTxn, err: *mut *mut c_char) -> i32 {
+    guarded(err, || {
+        let db = handle(db, "database")?;
+        out(txn_out, MoraineTxn { staged: Mutex::new(StagedTransaction::new(db.store.clone())) })
+    })
+}
+
+/// Commits the transaction's staged operations as one durable batch.
+#[no_mangle]
+pub extern "C" fn moraine_txn_commit(txn: *mut MoraineTxn, err: *mut *mut c_char) -> i32 {
+    guarded(err, || {
+        let txn = handle(txn, "transaction")?;
+        let mut staged = lock(txn)?;
+        block_on(staged.commit())?.map(|_| ())
+    })
+}
+
+/// Frees a transaction; anything staged and not committed is discarded.
+#[no_mangle]
+pub extern "C" fn moraine_txn_free(txn: *mut MoraineTxn) {
+    free(txn)
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_txn_has_writes(txn: *mut MoraineTxn) -> bool {
+    handle(txn, "transaction").ok().and_then(|t| lock(t).ok().map(|s| !s.ops().is_empty())).unwrap_or(false)
+}
+
+fn describe(info: TableInfo) -> Result<MoraineTableDesc> {
+    let c = |s: &str| CString::new(s).map_err(|_| Error::InvalidArgument(format!("name {s:?} contains NUL")));
+    Ok(MoraineTableDesc {
+        name: c(&info.table.name())?,
+        columns: info
+            .columns
+            .iter()
+            .map(|col| Ok((c(&col.name)?, c(&col.type_name)?, col.transfer as u8)))
+            .collect::<Result<_>>()?,
+    })
+}
+
+/// Looks a table up; writes null to `desc_out` when it does not exist.
+#[no_mangle]
+pub extern "C" fn moraine_txn_lookup(
+    txn: *mut MoraineTxn,
+    name: *const c_char,
+    desc_out: *mut *mut MoraineTableDesc,
+    err: *mut *mut c_char,
+) -> i32 {
+    guarded(err, || {
+        let txn = handle(txn, "transaction")?;
+        let name = text(name, "table name")?;
+        let info = block_on(lock(txn)?.lookup(name))??;
+        match info {
+            Some(info) => out(desc_out, describe(info)?),
+            None => {
+                if !desc_out.is_null() {
+                    // SAFETY: checked non-null.
+                    unsafe { *desc_out = std::ptr::null_mut() };
+                }
+                Ok(())
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_table_desc_name(desc: *mut MoraineTableDesc) -> *const c_char {
+    handle(desc, "table").map(|d| d.name.as_ptr()).unwrap_or(std::ptr::null())
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_table_desc_column_count(desc: *mut MoraineTableDesc) -> usize {
+    handle(desc, "table").map(|d| d.columns.len()).unwrap_or(0)
+}
+
+/// Column `i`: its name, DuckDB type name and transfer class.
+#[no_mangle]
+pub extern "C" fn moraine_table_desc_column(
+    desc: *mut MoraineTableDesc,
+    i: usize,
+    name_out: *mut *const c_char,
+    type_out: *mut *const c_char,
+    transfer_out: *mut u8,
+) -> bool {
+    let Ok(desc) = handle(desc, "table") else { return false };
+    let Some((name, ty, transfer)) = desc.columns.get(i) else { return false };
+    if name_out.is_null() || type_out.is_null() || transfer_out.is_null() {
+        return false;
+    }
+    // SAFETY: checked non-null out-pointers.
+    unsafe {
+        *name_out = name.as_ptr();
+        *type_out = ty.as_ptr();
+        *transfer_out = *transfer;
+    }
+    true
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_table_desc_free(desc: *mut MoraineTableDesc) {
+    free(desc)
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_txn_list_tables(txn: *mut MoraineTxn, list_out: *mut *mut MoraineStrings, err: *mut *mut c_char) -> i32 {
+    guarded(err, || {
+        let txn = handle(txn, "transaction")?;
+        let names = block_on(lock(txn)?.list_tables())??;
+        let items = names.into_iter().filter_map(|n| CString::new(n).ok()).collect();
+        out(list_out, MoraineStrings { items })
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_strings_len(list: *mut MoraineStrings) -> usize {
+    handle(list, "list").map(|l| l.items.len()).unwrap_or(0)
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_strings_get(list: *mut MoraineStrings, i: usize) -> *const c_char {
+    handle(list, "list").ok().and_then(|l| l.items.get(i)).map(|s| s.as_ptr()).unwrap_or(std::ptr::null())
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_strings_free(list: *mut MoraineStrings) {
+    free(list)
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_txn_create_table(
+    txn: *mut MoraineTxn,
+    name: *const c_char,
+    column_count: usize,
+    column_names: *const *const c_char,
+    column_types: *const *const c_char,
+    if_not_exists: bool,
+    err: *mut *mut c_char,
+) -> i32 {
+    guarded(err, || {
+        let txn = handle(txn, "transaction")?;
+        let name = text(name, "table name")?;
+        let mut columns = Vec::with_capacity(column_count);
+        for i in 0..column_count {
+            // SAFETY: the shim passes `column_count` names and types.
+            let (n, t) = unsafe { (*column_names.add(i), *column_types.add(i)) };
+            let type_name = text(t, "column type")?.to_string();
+            let ty = crate::catalog::ColumnType::parse(&type_name);
+            let mut desc = match ty {
+                Some(ty) => crate::catalog::ColumnDesc::catalog(text(n, "column name")?, ty),
+                None => crate::catalog::ColumnDesc {
+                    name: String::new(),
+                    type_name: type_name.clone(),
+                    transfer: crate::catalog::Transfer::Value,
+                },
+            };
+            desc.name = text(n, "column name")?.to_string();
+            desc.type_name = type_name;
+            columns.push(desc);
+        }
+        block_on(lock(txn)?.create_table(name, columns, if_not_exists))?
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_txn_drop_table(txn: *mut MoraineTxn, name: *const c_char, if_exists: bool, err: *mut *mut c_char) -> i32 {
+    guarded(err, || {
+        let txn = handle(txn, "transaction")?;
+        let name = text(name, "table name")?;
+        block_on(lock(txn)?.drop_table(name, if_exists))?
+    })
+}
+
+/// Materializes a table for one scan; rowids are `base + row index`.
+#[no_mangle]
+pub extern "C" fn moraine_txn_scan(txn: *mut MoraineTxn, name: *const c_char, scan_out: *mut *mut MoraineScan, err: *mut *mut c_char) -> i32 {
+    guarded(err, || {
+        let txn = handle(txn, "transaction")?;
+        let table = table_ref(text(name, "table name")?)?;
+        let (base, rows) = block_on(lock(txn)?.scan(table))??;
+        out(scan_out, MoraineScan { base, rows })
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_scan_base(scan: *mut MoraineScan) -> i64 {
+    handle(scan, "scan").map(|s| s.base).unwrap_or(0)
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_scan_row_count(scan: *mut MoraineScan) -> usize {
+    handle(scan, "scan").map(|s| s.rows.len()).unwrap_or(0)
+}
+
+/// Reads one cell; returns its kind (`MoraineCell::kind`). Text and bytes
+/// stay valid until the scan is freed.
+#[no_mangle]
+pub extern "C" fn moraine_scan_cell(
+    scan: *mut MoraineScan,
+    row: usize,
+    column: usize,
+    int_out: *mut i64,
+    ptr_out: *mut *const c_char,
+    len_out: *mut usize,
+) -> u8 {
+    let Ok(scan) = handle(scan, "scan") else { return CELL_NULL };
+    let Some(cell) = scan.rows.get(row).and_then(|r| r.get(column)) else { return CELL_NULL };
+    if int_out.is_null() || ptr_out.is_null() || len_out.is_null() {
+        return CELL_NULL;
+    }
+    // SAFETY: checked non-null out-pointers; text outlives the scan handle.
+    unsafe {
+        match cell {
+            Cell::Null => CELL_NULL,
+            Cell::Int(v) => {
+                *int_out = *v;
+                CELL_INT
+            }
+            Cell::Bool(b) => {
+                *int_out = i64::from(*b);
+                CELL_BOOL
+            }
+            Cell::Text(s) => {
+                *ptr_out = s.as_ptr().cast();
+                *len_out = s.len();
+                CELL_TEXT
+            }
+            Cell::Blob(b) => {
+                *ptr_out = b.as_ptr().cast();
+                *len_out = b.len();
+                CELL_BLOB
+            }
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_scan_free(scan: *mut MoraineScan) {
+    free(scan)
+}
+
+/// Stages INSERTs: `cells` holds `row_count × column_count` cells, row-major.
+#[no_mangle]
+pub extern "C" fn moraine_txn_insert(
+    txn: *mut MoraineTxn,
+    name: *const c_char,
+    row_count: usize,
+    column_count: usize,
+    row_cells: *const MoraineCell,
+    err: *mut *mut c_char,
+) -> i32 {
+    guarded(err, || {
+        let txn = handle(txn, "transaction")?;
+        let table = table_ref(text(name, "table name")?)?;
+        let flat = cells(row_cells, row_count * column_count)?;
+        let rows: Vec<Row> = flat.chunks(column_count.max(1)).map(<[Cell]>::to_vec).collect();
+        block_on(lock(txn)?.stage_insert(table, rows))?
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn moraine_txn_delete(txn: *mut MoraineTxn, name: *const c_char, count: usize, rowids: *const i64, err: *mut *mut c_char) -> i32 {
+    guarded(err, || {
+        let txn = handle(txn, "transaction")?;
+        let table = table_ref(text(name, "table name")?)?;
+        let ids = slice(rowids, count)?;
+        block_on(lock(txn)?.stage_delete(table, ids))?
+    })
+}
+
+/// Stages UPDATEs: row `i` sets `columns[j]` to `cells[i * column_count + j]`.
+#[no_mangle]
+pub extern "C" fn moraine_txn_update(
+    txn: *mut MoraineTxn,
+    name: *const c_char,
+    count: usize,
+    rowids: *const i64,
+    column_count: usize,
+    columns: *const usize,
+    row_cells: *const MoraineCell,
+    err: *mut *mut c_char,
+) -> i32 {
+    guarded(err, || {
+        let txn = handle(txn, "transaction")?;
+        let table = table_ref(text(name, "table name")?)?;
+        let ids = slice(rowids, count)?;
+        let cols = slice(columns, column_count)?;
+        let flat = cells(row_cells, count * column_count)?;
+        let values: Vec<Row> = flat.chunks(column_count.max(1)).map(<[Cell]>::to_vec).collect();
+        let values = if column_count == 0 { vec![Vec::new(); count] } else { values };
+        block_on(lock(txn)?.stage_update(table, ids, cols, values))?
+    })
+}
+
+fn slice<'a, T>(ptr: *const T, count: usize) -> Result<&'a [T]> {
+    if count == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() {
+        return Err(Error::Internal("null array".into()));
+    }
+    // SAFETY: the shim passes `count` elements.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, count) })
+}
+
+#[cfg(feature = "extension")]
+extern "C-unwind" {
+    fn moraine_shim_init(loader: *mut std::ffi::c_void);
+}
+
+/// DuckDB's entry point for a C++-ABI extension named `moraine`. The loader
+/// reference arrives as a pointer and goes straight to the C++ shim.
+#[cfg(feature = "extension")]
+#[no_mangle]
+pub extern "C-unwind" fn moraine_duckdb_cpp_init(loader: *mut std::ffi::c_void) {
+    // SAFETY: DuckDB passes a live ExtensionLoader. C++ exceptions from
+    // registration unwind through this frame back to DuckDB's loader.
+    unsafe { moraine_shim_init(loader) }
+}
