@@ -9,7 +9,6 @@ pub mod kinds;
 pub mod types;
 
 use crate::error::{Error, Result};
-use crate::inline;
 use crate::store::keys::{self, Subspace};
 use crate::store::value::{decode_record, Record};
 use crate::store::{ReadView, Store};
@@ -208,26 +207,10 @@ pub async fn read_head(store: &Store, view: &ReadView) -> Result<Option<Head>> {
     }
 }
 
-/// Materializes the committed rows of a table at a view.
-pub async fn committed_rows(store: &Store, view: &ReadView, table: TableRef) -> Result<Vec<Row>> {
-    match table {
-        TableRef::Fixed(kind) => {
-            let tag = record_tag(kind);
-            let mut rows = Vec::new();
-            for prefix in record_prefixes(kind) {
-                for (key, value) in store.scan_prefix(view, &prefix).await? {
-                    let record = decode_record(tag, &value)
-                        .map_err(|e| Error::corruption(format!("{} record {key:02x?}: {e}", kind.def().name)))?;
-                    rows.extend(rows_of_record(kind, &record));
-                }
-            }
-            Ok(rows)
-        }
-        TableRef::InlineData { table_id, schema_version } => {
-            inline::committed_data_rows(store, view, table_id, schema_version).await
-        }
-        TableRef::InlineDelete { table_id } => inline::committed_delete_rows(store, view, table_id).await,
-    }
+/// Materializes the committed rows of a fixed kind at a view: every version,
+/// current and ended, as DuckLake's own queries filter by snapshot.
+pub async fn committed_rows(store: &Store, view: &ReadView, kind: Kind) -> Result<Vec<Row>> {
+    rows_under(store, view, kind, &record_prefixes(kind)).await
 }
 
 /// Rows of a fixed kind visible at snapshot `at`: current rows with

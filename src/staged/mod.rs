@@ -161,6 +161,7 @@ impl StagedTransaction {
     }
 
     pub async fn create_table(&mut self, name: &str, columns: Vec<ColumnDesc>, if_not_exists: bool) -> Result<()> {
+        self.writable()?;
         let table = TableRef::parse(name).ok_or_else(|| {
             Error::Unsupported(format!(
                 "CREATE TABLE {name}: a moraine catalog holds only DuckLake's metadata tables"
@@ -199,6 +200,7 @@ impl StagedTransaction {
     }
 
     pub async fn drop_table(&mut self, name: &str, if_exists: bool) -> Result<()> {
+        self.writable()?;
         let Some(info) = self.lookup(name).await? else {
             if if_exists {
                 return Ok(());
@@ -218,7 +220,13 @@ impl StagedTransaction {
         if let Some(rows) = pinned.rows.get(&table) {
             return Ok(rows.clone());
         }
-        let rows = Arc::new(catalog::committed_rows(&store, &pinned.view, table).await?);
+        let rows = Arc::new(match table {
+            TableRef::Fixed(kind) => catalog::committed_rows(&store, &pinned.view, kind).await?,
+            TableRef::InlineData { table_id, schema_version } => {
+                inline::committed_data_rows(&store, &pinned.view, table_id, schema_version).await?
+            }
+            TableRef::InlineDelete { table_id } => inline::committed_delete_rows(&store, &pinned.view, table_id).await?,
+        });
         pinned.rows.insert(table, rows.clone());
         Ok(rows)
     }
@@ -257,7 +265,12 @@ impl StagedTransaction {
         Ok(run.rows[(rowid - run.base) as usize].clone())
     }
 
+    fn writable(&self) -> Result<()> {
+        self.store.writer().map(|_| ())
+    }
+
     pub async fn stage_insert(&mut self, table: TableRef, rows: Vec<Row>) -> Result<()> {
+        self.writable()?;
         self.pin().await?;
         for row in rows {
             if let TableRef::Fixed(kind) = table {
@@ -269,6 +282,7 @@ impl StagedTransaction {
     }
 
     pub async fn stage_delete(&mut self, table: TableRef, rowids: &[i64]) -> Result<()> {
+        self.writable()?;
         self.pin().await?;
         for &rowid in rowids {
             let row = self.resolve(rowid)?;
@@ -279,6 +293,7 @@ impl StagedTransaction {
 
     /// `columns[i]` is the table column that `values[r][i]` sets.
     pub async fn stage_update(&mut self, table: TableRef, rowids: &[i64], columns: &[usize], values: Vec<Row>) -> Result<()> {
+        self.writable()?;
         self.pin().await?;
         if values.len() != rowids.len() {
             return Err(Error::Internal("update values and rowids differ in length".into()));

@@ -82,7 +82,7 @@ impl Store {
         matches!(self.handle, Handle::Reader(_))
     }
 
-    pub(crate) fn writer(&self) -> Result<&Db> {
+    pub fn writer(&self) -> Result<&Db> {
         match &self.handle {
             Handle::Writer(db) => Ok(db),
             Handle::Reader(_) => Err(Error::InvalidArgument(

@@ -1,0 +1,145 @@
+"""Differential tests: the same statement stream on DuckLake's DuckDB-file catalog and on a moraine catalog must
+give the same query results and the same (masked) metadata tables. See differential.py.
+
+E2E_LAKE=duckdb compares the file catalog with itself (checks the streams and the masking, no moraine needed).
+"""
+
+import os
+
+import differential
+
+SIDES = None
+if os.environ.get("E2E_LAKE") == "duckdb":
+    SIDES = (differential.reference_side, differential.reference_side)
+
+
+def same(tmp, statements):
+    return differential.assert_same(tmp, statements, sides=SIDES)
+
+
+# duckdb-runtime.md §5, without the maintenance calls (flush, merge, expire, cleanup, orphans, checkpoint).
+WALKTHROUGH = [
+    "USE lake",
+    "CREATE TABLE items (id INTEGER, name VARCHAR, qty INTEGER)",
+    "INSERT INTO items SELECT i, 'item ' || i, i * 10 FROM range(0, 20) t(i)",
+    "INSERT INTO items SELECT i, 'item ' || i, i * 10 FROM range(20, 40) t(i)",
+    "INSERT INTO items SELECT i, 'item ' || i, i * 10 FROM range(40, 60) t(i)",
+    "INSERT INTO items VALUES (100, 'small', 1), (101, 'small2', 2)",
+    "UPDATE items SET qty = -1 WHERE id = 5",
+    "DELETE FROM items WHERE id BETWEEN 30 AND 34",
+    "SELECT count(*) FROM items AT (VERSION => 2)",
+    "SELECT count(*) FROM items AT (VERSION => 4)",
+    "SELECT qty FROM items AT (VERSION => 5) WHERE id = 5",
+    "SELECT qty FROM items WHERE id = 5",
+    "SET VARIABLE ts_v3 = (SELECT snapshot_time FROM ducklake_snapshots('lake') WHERE snapshot_id = 3)",
+    "SELECT count(*) FROM items AT (TIMESTAMP => getvariable('ts_v3'))",
+    "SELECT * FROM items ORDER BY id",
+    "SELECT snapshot_id, schema_version, changes, author, commit_message, commit_extra_info "
+    "FROM ducklake_snapshots('lake') ORDER BY snapshot_id",
+    "SELECT table_name, schema_id, table_id, file_count, file_size_bytes, delete_file_count, delete_file_size_bytes "
+    "FROM ducklake_table_info('lake')",
+    "SELECT data_file, data_file_size_bytes, delete_file FROM ducklake_list_files('lake', 'items')",
+    "SELECT snapshot_id, rowid, change_type, id, name, qty FROM ducklake_table_changes('lake', 'main', 'items', 0, 7) "
+    "ORDER BY snapshot_id, rowid, change_type",
+    "SELECT * FROM ducklake_table_insertions('lake', 'main', 'items', 5, 7) ORDER BY id",
+    "SELECT * FROM ducklake_table_deletions('lake', 'main', 'items', 5, 7) ORDER BY id",
+]
+
+
+def test_walkthrough_matches_file_catalog(tmp):
+    out = same(tmp, WALKTHROUGH)
+    # the documented results (duckdb-runtime.md §5)
+    assert [r for _, r in out.ref_results[8:12]] == [[(20,)], [(60,)], [(50,)], [(-1,)]], out.ref_results[8:12]
+    assert out.ref_results[13][1] == [(40,)], out.ref_results[13]
+
+
+def test_flush_inlined_data_matches_file_catalog(tmp):
+    same(tmp, [
+        "USE lake",
+        "CREATE TABLE t (id INTEGER, v VARCHAR)",
+        "INSERT INTO t SELECT i, 'v' || i FROM range(30) r(i)",
+        "INSERT INTO t VALUES (100, 'a'), (101, 'b')",
+        "DELETE FROM t WHERE id IN (3, 100)",
+        "CALL ducklake_flush_inlined_data('lake')",
+        "SELECT * FROM t ORDER BY id",
+        "SELECT data_file, delete_file FROM ducklake_list_files('lake', 't')",
+    ])
+
+
+DDL_STREAM = [
+    "USE lake",
+    "CREATE SCHEMA s1",
+    "CREATE TABLE s1.a (id INTEGER, name VARCHAR, n INTEGER)",
+    "CREATE TABLE main.b (k VARCHAR, v DOUBLE)",
+    "INSERT INTO s1.a VALUES (1, 'x', 10), (2, 'y', 20)",
+    "CREATE VIEW s1.va AS SELECT id, id * 2 AS id2 FROM s1.a",
+    "ALTER TABLE s1.a ADD COLUMN extra VARCHAR DEFAULT 'd'",
+    "INSERT INTO s1.a VALUES (3, 'z', 30, 'e')",
+    "ALTER TABLE s1.a DROP COLUMN name",
+    "ALTER TABLE s1.a RENAME COLUMN extra TO extra2",
+    "ALTER TABLE s1.a ALTER COLUMN n SET DATA TYPE BIGINT",
+    "INSERT INTO s1.a VALUES (4, 9000000000, 'big')",
+    "ALTER TABLE main.b RENAME TO b2",
+    "COMMENT ON TABLE s1.a IS 'table a'",
+    "COMMENT ON COLUMN s1.a.n IS 'the n'",
+    "CREATE MACRO lake.main.plus1(x) AS x + 1",
+    "CREATE MACRO lake.s1.a_from(lim) AS TABLE SELECT id FROM lake.s1.a WHERE id >= lim",
+    "CREATE TABLE s1.p (k VARCHAR, v INTEGER)",
+    "ALTER TABLE s1.p SET PARTITIONED BY (k)",
+    "INSERT INTO s1.p SELECT CASE WHEN i % 3 = 0 THEN 'a' ELSE 'b' END, i FROM range(30) r(i)",
+    "CALL ducklake_set_option('lake', 'data_inlining_row_limit', 5, table_name => 'b2')",
+    "INSERT INTO b2 VALUES ('q', 1.5)",
+    "CREATE TABLE s1.gone (i INTEGER)",
+    "INSERT INTO s1.gone VALUES (1)",
+    "DROP TABLE s1.gone",
+    "CREATE VIEW main.vb AS SELECT * FROM b2",
+    "DROP VIEW main.vb",
+    "CREATE SCHEMA s2",
+    "DROP SCHEMA s2",
+    "SELECT * FROM s1.a ORDER BY id",
+    "SELECT * FROM s1.va ORDER BY id",
+    "SELECT plus1(41)",
+    "SELECT * FROM lake.s1.a_from(3) ORDER BY id",
+    "SELECT k, count(*), sum(v) FROM s1.p GROUP BY k ORDER BY k",
+    "SELECT * FROM b2",
+    "SELECT database_name, schema_name, table_name, comment FROM duckdb_tables() WHERE database_name = 'lake' "
+    "ORDER BY schema_name, table_name",
+    "SELECT schema_name, table_name, column_name, data_type, comment FROM duckdb_columns() "
+    "WHERE database_name = 'lake' ORDER BY schema_name, table_name, column_index",
+    "SELECT schema_name, view_name FROM duckdb_views() WHERE database_name = 'lake' ORDER BY ALL",
+    "SELECT snapshot_id, schema_version, changes FROM ducklake_snapshots('lake') ORDER BY snapshot_id",
+    "SELECT option_name, value, scope, scope_entry FROM ducklake_options('lake') ORDER BY ALL",
+]
+
+
+def test_ddl_stream_matches_file_catalog(tmp):
+    same(tmp, DDL_STREAM)
+
+
+NESTED_STREAM = [
+    "USE lake",
+    "CREATE TABLE nested (id INTEGER, s STRUCT(a INTEGER, b VARCHAR), l INTEGER[], m MAP(VARCHAR, INTEGER), "
+    "d DECIMAL(10, 2), ts TIMESTAMPTZ, bl BLOB, u UUID, ll VARCHAR[][], sl STRUCT(x DOUBLE, y BOOLEAN)[])",
+    "INSERT INTO nested VALUES "
+    "(1, {'a': 1, 'b': 'one'}, [1, 2, 3], MAP {'k1': 1, 'k2': 2}, 12.34, TIMESTAMPTZ '2024-01-02 03:04:05+00', "
+    "'\\xAA\\xBB'::BLOB, '6b0cf2ce-4f6a-4b3e-9d39-1b8a0a4c2e11', [['a'], ['b', 'c']], [{'x': 1.5, 'y': true}]), "
+    "(2, {'a': NULL, 'b': 'two'}, [], MAP {}, -0.01, TIMESTAMPTZ '1999-12-31 23:59:59.999999+00', "
+    "''::BLOB, '00000000-0000-0000-0000-000000000000', [], []), "
+    "(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL), "
+    "(4, {'a': -7, 'b': ''}, [NULL, 4], MAP {'z': NULL}, 99999999.99, TIMESTAMPTZ '2262-04-11 00:00:00+00', "
+    "'abc'::BLOB, 'ffffffff-ffff-ffff-ffff-ffffffffffff', [NULL, ['d', NULL]], [NULL, {'x': NULL, 'y': false}])",
+    "SELECT * FROM nested ORDER BY id",
+    "SELECT id, s.a, s.b, l[1], len(l), m['k1'], d * 2, ts, octet_length(bl), u::VARCHAR FROM nested ORDER BY id",
+    "UPDATE nested SET l = list_append(l, 9), d = d + 1 WHERE id = 1",
+    "DELETE FROM nested WHERE id = 3",
+    "INSERT INTO nested (id, s) VALUES (5, {'a': 5, 'b': 'five'})",
+    "SELECT * FROM nested ORDER BY id",
+    "SELECT * FROM nested AT (VERSION => 2) ORDER BY id",
+    "SELECT count(*) FROM ducklake_list_files('lake', 'nested')",
+]
+
+
+def test_nested_types_inlining_matches_file_catalog(tmp):
+    out = same(tmp, NESTED_STREAM)
+    # the stream really exercised inlining: no Parquet file was written
+    assert out.ref_results[-1][1] == [(0,)], out.ref_results[-1]
