@@ -6,6 +6,7 @@
 //! kinds) and `inline` (inlined data) → `store` (keys, codecs, SlateDB).
 
 pub mod catalog;
+pub mod embed;
 pub mod error;
 pub mod ffi;
 pub mod inline;

@@ -14,6 +14,7 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 use slatedb::config::{DurabilityLevel, ReadOptions, ScanOptions};
 use slatedb::{Db, DbReader, DbSnapshot, DbTransaction, IsolationLevel};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use settings::StoreSettings;
@@ -37,6 +38,8 @@ pub struct Store {
     root: Path,
     uri: StoreUri,
     settings: StoreSettings,
+    /// Keys returned by reads through this handle, for load accounting.
+    keys_read: AtomicU64,
 }
 
 pub type KeyValues = Vec<(Bytes, Bytes)>;
@@ -59,7 +62,12 @@ impl Store {
                 .map_err(|e| slate(&format!("opening {uri}"), e))?;
             Handle::Writer(db)
         };
-        Ok(Store { handle, object_store, root, uri: uri.clone(), settings: settings.clone() })
+        Ok(Store { handle, object_store, root, uri: uri.clone(), settings: settings.clone(), keys_read: AtomicU64::new(0) })
+    }
+
+    /// How many keys reads through this handle have returned so far.
+    pub fn keys_read(&self) -> u64 {
+        self.keys_read.load(Ordering::Relaxed)
     }
 
     pub fn uri(&self) -> &StoreUri {
@@ -101,6 +109,7 @@ impl Store {
 
     pub async fn get(&self, view: &ReadView, key: &[u8]) -> Result<Option<Bytes>> {
         let ctx = || format!("reading key {key:02x?}");
+        self.keys_read.fetch_add(1, Ordering::Relaxed);
         match (view, &self.handle) {
             (ReadView::Snapshot(s), _) => s.get(key).await.map_err(|e| slate(&ctx(), e)),
             (ReadView::Reader, Handle::Reader(r)) => r.get(key).await.map_err(|e| slate(&ctx(), e)),
@@ -120,6 +129,7 @@ impl Store {
         while let Some(kv) = iter.next().await.map_err(|e| slate(&ctx(), e))? {
             out.push((kv.key, kv.value));
         }
+        self.keys_read.fetch_add(out.len() as u64, Ordering::Relaxed);
         Ok(out)
     }
 

@@ -1,0 +1,127 @@
+//! The embedding API: moraine allocates ids, retries benign races, reports
+//! overlapping ones as conflicts, and survives an expiry racing its retry.
+
+mod common;
+
+use common::*;
+use moraine::catalog::Kind;
+use moraine::embed::Catalog;
+use moraine::staged::StagedTransaction;
+use moraine::Error;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+
+async fn catalog(name: &str) -> Arc<Catalog> {
+    let uri = format!("memory://verb-{name}-{}", uuid::Uuid::new_v4());
+    Arc::new(Catalog::open(&uri, "/data/").await.unwrap())
+}
+
+async fn new_table(c: &Catalog, name: &'static str) -> i64 {
+    let id = std::sync::Mutex::new(0);
+    c.commit(|m, _| {
+        *id.lock().unwrap() = m.create_table(0, "main", name, &[("id", "int64")]);
+        Ok(())
+    })
+    .await
+    .unwrap();
+    let id = *id.lock().unwrap();
+    id
+}
+
+/// Commits `interloper` exactly once, while `victim`'s first attempt is
+/// between reading its base and committing.
+async fn race<F>(c: &Arc<Catalog>, victim_table: i64, interloper: F) -> Result<i64, Error>
+where
+    F: FnOnce(Arc<Catalog>) -> tokio::task::JoinHandle<()> + Send + 'static,
+{
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let runner = c.clone();
+    tokio::spawn(async move {
+        tokio::task::spawn_blocking(move || go_rx.recv()).await.unwrap().unwrap();
+        interloper(runner).await.unwrap();
+        done_tx.send(()).unwrap();
+    });
+    let first = AtomicBool::new(true);
+    c.commit(move |m, _| {
+        if first.swap(false, Ordering::SeqCst) {
+            go_tx.send(()).unwrap();
+            done_rx.recv().unwrap();
+        }
+        m.add_data_file(victim_table, "f.parquet", 10, 1000, 0);
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_verb_commits_to_different_tables_both_land() {
+    let c = catalog("different").await;
+    let a = new_table(&c, "a").await;
+    let b = new_table(&c, "b").await;
+    let landed = race(&c, a, move |c| {
+        tokio::spawn(async move {
+            c.commit(|m, _| {
+                m.add_data_file(b, "g.parquet", 5, 500, 0);
+                Ok(())
+            })
+            .await
+            .unwrap();
+        })
+    })
+    .await
+    .unwrap();
+    let head = c.head().await.unwrap();
+    assert_eq!(head.snapshot_id, landed);
+    assert_eq!(head.tables[&Kind::DataFile].len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_verb_commits_to_the_same_table_conflict() {
+    let c = catalog("same").await;
+    let a = new_table(&c, "a").await;
+    let result = race(&c, a, move |c| {
+        tokio::spawn(async move {
+            c.commit(|m, _| {
+                m.drop_table(a);
+                Ok(())
+            })
+            .await
+            .unwrap();
+        })
+    })
+    .await;
+    assert!(matches!(result, Err(Error::Conflict(_))), "{result:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn verb_retry_after_an_expiry_of_its_successors_refreshes_and_lands() {
+    let c = catalog("expiry").await;
+    let a = new_table(&c, "a").await;
+    let b = new_table(&c, "b").await;
+    let landed = race(&c, a, move |c| {
+        tokio::spawn(async move {
+            let first = c.commit(|m, _| {
+                m.add_data_file(b, "g1.parquet", 5, 500, 0);
+                Ok(())
+            });
+            let first = first.await.unwrap();
+            c.commit(|m, _| {
+                m.add_data_file(b, "g2.parquet", 5, 500, 5);
+                Ok(())
+            })
+            .await
+            .unwrap();
+            // Expire the first of the two: the victim's base is now followed
+            // by a gap in the snapshot records.
+            let mut tx = StagedTransaction::new(c.store().clone());
+            let (base, rows) = tx.scan(fixed(Kind::Snapshot)).await.unwrap();
+            let at = rows.iter().position(|r| r[0] == int(first)).unwrap() as i64;
+            tx.stage_delete(fixed(Kind::Snapshot), &[base + at]).await.unwrap();
+            tx.commit().await.unwrap();
+        })
+    })
+    .await
+    .unwrap();
+    assert_eq!(c.head().await.unwrap().snapshot_id, landed);
+}
