@@ -15,7 +15,7 @@ use crate::inline;
 use crate::store::keys::{self, Subspace};
 use crate::store::value::{decode_record, encode_record, Record};
 use crate::store::{Store, StoreTxn};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// DuckDB's reserved field id for row ids; DuckLake may backfill file
 /// statistics for it without a snapshot.
@@ -27,6 +27,9 @@ struct Translator<'a> {
     working: BTreeMap<Vec<u8>, Option<(u8, Record)>>,
     /// Inlined rows inserted by this commit, per (table, version, begin).
     new_chunks: BTreeMap<(i64, i64, i64), Vec<Row>>,
+    /// Inlined row versions this commit deletes, per (table, version):
+    /// `(row_id, begin_snapshot)`, deduplicated, applied chunk by chunk.
+    inline_deletes: BTreeMap<(i64, i64), BTreeSet<(i64, i64)>>,
     head: Option<Head>,
     minted: Option<i64>,
     bootstrap: bool,
@@ -45,10 +48,19 @@ pub async fn commit(store: &Store, premise: Option<Head>, ops: &[StagedOp]) -> R
             describe(head)
         )));
     }
-    let mut t = Translator { txn: &txn, working: BTreeMap::new(), new_chunks: BTreeMap::new(), head, minted: None, bootstrap: false };
+    let mut t = Translator {
+        txn: &txn,
+        working: BTreeMap::new(),
+        new_chunks: BTreeMap::new(),
+        inline_deletes: BTreeMap::new(),
+        head,
+        minted: None,
+        bootstrap: false,
+    };
     for op in ops {
         t.apply(op).await.map_err(|e| with_context(e, op))?;
     }
+    t.apply_inline_deletes().await?;
     t.write_new_chunks().await?;
     let outcome = t.advance_head(ops)?;
     for (key, entry) in &t.working {
@@ -327,27 +339,66 @@ impl Translator<'_> {
                         return Ok(());
                     }
                 }
+                self.inline_deletes.entry((table_id, version)).or_default().insert((row_id, begin));
+                Ok(())
+            }
+        }
+    }
+
+    /// Applies the grouped inline deletions: a wholly selected chunk is
+    /// removed; a partly selected one is rewritten as contiguous runs of
+    /// surviving row ids, the first run under the chunk's own sequence and
+    /// further runs under sequences above every chunk of that begin snapshot.
+    async fn apply_inline_deletes(&mut self) -> Result<()> {
+        let groups = std::mem::take(&mut self.inline_deletes);
+        for ((table_id, version), mut wanted) in groups {
+            let begins: BTreeSet<i64> = wanted.iter().map(|(_, b)| *b).collect();
+            for begin in begins {
                 let prefix = keys::key(
                     Subspace::Inline,
                     Some(inline::CHUNK),
                     &[Cell::Int(table_id), Cell::Int(version), Cell::Int(begin)],
                 );
-                for key in self.live_keys(&prefix).await? {
-                    let Some(mut chunk) = self.load(&key, inline::CHUNK).await? else { continue };
-                    let Some((_, rows)) = chunk.children.iter_mut().find(|(t, _)| *t == inline::CHUNK) else { continue };
-                    if let Some(at) = rows.iter().position(|r| r.first() == Some(&Cell::Int(row_id))) {
-                        rows.remove(at);
-                        if rows.is_empty() {
-                            self.remove(key);
-                        } else {
-                            self.put(key, inline::CHUNK, chunk);
+                let chunk_keys = self.live_keys(&prefix).await?;
+                let mut next_seq = 0;
+                for key in &chunk_keys {
+                    next_seq = next_seq.max(inline::chunk_coordinates(key)?.1 + 1);
+                }
+                for key in chunk_keys {
+                    let Some(chunk) = self.load(&key, inline::CHUNK).await? else { continue };
+                    let rows = chunk.children_of(inline::CHUNK);
+                    let (gone, kept): (Vec<&Row>, Vec<&Row>) = rows
+                        .iter()
+                        .partition(|r| r.first().and_then(Cell::as_int).is_some_and(|id| wanted.contains(&(id, begin))));
+                    if gone.is_empty() {
+                        continue;
+                    }
+                    for r in &gone {
+                        if let Some(id) = r.first().and_then(Cell::as_int) {
+                            wanted.remove(&(id, begin));
                         }
-                        return Ok(());
+                    }
+                    let (_, seq) = inline::chunk_coordinates(&key)?;
+                    self.remove(key);
+                    for (i, run) in contiguous_runs(kept).into_iter().enumerate() {
+                        let run_seq = if i == 0 {
+                            seq
+                        } else {
+                            next_seq += 1;
+                            next_seq - 1
+                        };
+                        let record = decode_record(inline::CHUNK, &inline::encode_chunk(&run))?;
+                        self.put(inline::chunk_key(table_id, version, begin, run_seq), inline::CHUNK, record);
                     }
                 }
-                Err(Error::NotFound(format!("inlined row {row_id} (begin snapshot {begin}) does not exist")))
+            }
+            if let Some((row_id, begin)) = wanted.into_iter().next() {
+                return Err(Error::NotFound(format!(
+                    "DELETE from ducklake_inlined_data_{table_id}_{version}: inlined row {row_id} (begin snapshot {begin}) does not exist"
+                )));
             }
         }
+        Ok(())
     }
 
     async fn apply_inline_delete(&mut self, table_id: i64, op: &StagedOp) -> Result<()> {
@@ -447,6 +498,21 @@ impl Translator<'_> {
         self.head = Some(head);
         Ok(outcome)
     }
+}
+
+/// Splits rows (ordered by row id) into runs of consecutive row ids.
+fn contiguous_runs(rows: Vec<&Row>) -> Vec<Vec<Row>> {
+    let mut runs: Vec<Vec<Row>> = Vec::new();
+    let mut last: Option<i64> = None;
+    for row in rows {
+        let id = row.first().and_then(Cell::as_int);
+        match (runs.last_mut(), last, id) {
+            (Some(run), Some(prev), Some(id)) if id == prev + 1 => run.push(row.clone()),
+            _ => runs.push(vec![row.clone()]),
+        }
+        last = id;
+    }
+    runs
 }
 
 fn inline_identity(row: &Row) -> Result<(i64, i64)> {
