@@ -54,6 +54,8 @@ impl Subspace {
 
 pub const SYS_HEAD: &[u8] = &[Subspace::Sys as u8, 1];
 pub const SYS_FORMAT: &[u8] = &[Subspace::Sys as u8, 2];
+/// Written by `moraine_reclaim` so a quiet store flushes one more L0.
+pub const SYS_RECLAIM: &[u8] = &[Subspace::Sys as u8, 3];
 
 pub fn prefix(subspace: Subspace, tag: Option<u8>) -> Vec<u8> {
     let mut out = vec![subspace as u8];

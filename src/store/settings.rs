@@ -18,6 +18,9 @@ pub struct StoreSettings {
     pub gc_interval: Duration,
     /// How often the compactor looks for work.
     pub compactor_poll: Duration,
+    /// How long a compaction keeps its inputs readable. It bounds how long
+    /// one read transaction may run; a catalog transaction is short.
+    pub compaction_checkpoint: Duration,
 }
 
 impl Default for StoreSettings {
@@ -27,12 +30,14 @@ impl Default for StoreSettings {
             gc_min_age: Duration::from_secs(300),
             gc_interval: Duration::from_secs(60),
             compactor_poll: Duration::from_secs(5),
+            compaction_checkpoint: Duration::from_secs(120),
         }
     }
 }
 
 /// The attach options moraine understands (DuckLake forwards `META_<name>`).
-pub const OPTION_NAMES: [&str; 3] = ["gc_min_age_seconds", "gc_interval_seconds", "compactor_poll_ms"];
+pub const OPTION_NAMES: [&str; 4] =
+    ["gc_min_age_seconds", "gc_interval_seconds", "compactor_poll_ms", "compaction_checkpoint_seconds"];
 
 impl StoreSettings {
     pub fn apply_option(&mut self, name: &str, value: &str) -> Result<()> {
@@ -45,6 +50,7 @@ impl StoreSettings {
             "gc_min_age_seconds" => self.gc_min_age = Duration::from_secs(number()?),
             "gc_interval_seconds" => self.gc_interval = Duration::from_secs(number()?.max(1)),
             "compactor_poll_ms" => self.compactor_poll = Duration::from_millis(number()?.max(10)),
+            "compaction_checkpoint_seconds" => self.compaction_checkpoint = Duration::from_secs(number()?.max(1)),
             _ => {
                 return Err(Error::InvalidArgument(format!(
                     "unknown moraine option '{name}'; known options: {}",
@@ -63,6 +69,7 @@ impl StoreSettings {
         };
         let mut compactor = CompactorOptions::default();
         compactor.poll_interval = self.compactor_poll;
+        compactor.checkpoint_lifetime = self.compaction_checkpoint;
         // Merge everything into the oldest run so tombstones reach the last
         // sorted run and are dropped: a catalog is small, rewriting it is cheap.
         compactor.scheduler_options.insert("min_compaction_sources".into(), "2".into());
