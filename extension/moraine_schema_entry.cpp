@@ -36,7 +36,7 @@ optional_ptr<CatalogEntry> MoraineSchemaEntry::CreateTable(CatalogTransaction tr
 optional_ptr<CatalogEntry> MoraineSchemaEntry::LookupEntry(CatalogTransaction transaction,
                                                            const EntryLookupInfo &lookup_info) {
 	auto type = lookup_info.GetCatalogType();
-	if (type != CatalogType::TABLE_ENTRY && type != CatalogType::VIEW_ENTRY) {
+	if (type != CatalogType::TABLE_ENTRY) {
 		return nullptr;
 	}
 	if (!transaction.HasContext()) {

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open (issue 6): the full compaction keeps the deleted versions, so the store does not shrink yet"]
 async fn dropped_inline_data_is_reclaimed_on_the_local_filesystem() {
     let dir = tempfile::tempdir().unwrap();
     let mut settings = StoreSettings::default();

@@ -91,11 +91,15 @@ async fn full_compaction(db: &slatedb::Db, admin: &slatedb::admin::Admin, starte
         return Ok(());
     }
     let destination = manifest.compacted().iter().map(|run| run.id).min().unwrap_or(0);
-    admin
+    let submitted = admin
         .submit_compaction(CompactionSpec::new(sources, destination))
         .await
         .map_err(|e| slate("submitting a full compaction", e))?;
     while started.elapsed() < deadline {
+        let status = admin.read_compaction(submitted.id(), None).await.map_err(|e| slate("reading a compaction", e))?;
+        if std::env::var_os("MORAINE_DEBUG_RECLAIM").is_some() {
+            eprintln!("reclaim: compaction {:?}", status.as_ref().map(|c| c.status()));
+        }
         let manifest = db.manifest();
         if manifest.l0().is_empty() && manifest.compacted().len() <= 1 {
             return Ok(());

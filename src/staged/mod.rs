@@ -322,7 +322,13 @@ impl StagedTransaction {
             return Ok(CommitOutcome::Empty);
         }
         let premise = self.premise().await?;
-        translate::commit(&self.store, premise, &self.ops).await
+        let outcome = translate::commit(&self.store, premise, &self.ops).await?;
+        // A finished transaction must not keep its read view: an open SlateDB
+        // snapshot makes compaction keep every version it could see.
+        self.pinned = None;
+        self.runs.clear();
+        self.ops.clear();
+        Ok(outcome)
     }
 }
 
