@@ -4,6 +4,7 @@
 #include "duckdb.hpp"
 #include "duckdb/main/extension/extension_loader.hpp"
 #include "duckdb/storage/storage_extension.hpp"
+#include "moraine_functions.hpp"
 #include "moraine_storage.hpp"
 
 namespace duckdb {
@@ -18,6 +19,7 @@ static void LoadMoraine(ExtensionLoader &loader) {
 	StorageExtension::Register(DBConfig::GetConfig(db), "moraine", MoraineStorageExtension::Create());
 	ScalarFunction version("moraine_version", {}, LogicalType::VARCHAR, MoraineVersionFunction);
 	loader.RegisterFunction(version);
+	RegisterMoraineFunctions(loader);
 }
 
 } // namespace duckdb

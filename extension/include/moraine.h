@@ -95,6 +95,16 @@ int32_t moraine_txn_delete(MoraineTxn *txn, const char *name, size_t count, cons
 int32_t moraine_txn_update(MoraineTxn *txn, const char *name, size_t count, const int64_t *rowids,
                            size_t column_count, const size_t *columns, const MoraineCell *row_cells, char **err);
 
+typedef struct MoraineReclaimReport {
+	uint64_t bytes_before;
+	uint64_t bytes_after;
+	uint64_t objects_deleted;
+	uint64_t elapsed_ms;
+} MoraineReclaimReport;
+
+int32_t moraine_db_reclaim(MoraineDb *db, uint64_t deadline_ms, MoraineReclaimReport *report_out, char **err);
+int32_t moraine_db_audit(MoraineDb *db, MoraineStrings **rows_out, char **err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -515,3 +515,51 @@ pub extern "C-unwind" fn moraine_duckdb_cpp_init(loader: *mut std::ffi::c_void) 
     // registration unwind through this frame back to DuckDB's loader.
     unsafe { moraine_shim_init(loader) }
 }
+
+/// What `moraine_reclaim` reports.
+#[repr(C)]
+pub struct MoraineReclaimReport {
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub objects_deleted: u64,
+    pub elapsed_ms: u64,
+}
+
+/// Flushes, fully compacts and garbage-collects the store, waiting at most
+/// `deadline_ms`.
+#[no_mangle]
+pub extern "C" fn moraine_db_reclaim(db: *mut MoraineDb, deadline_ms: u64, report_out: *mut MoraineReclaimReport, err: *mut *mut c_char) -> i32 {
+    guarded(err, || {
+        let db = handle(db, "database")?;
+        if report_out.is_null() {
+            return Err(Error::Internal("null report pointer".into()));
+        }
+        let deadline = std::time::Duration::from_millis(deadline_ms);
+        let report = block_on(crate::reclaim::reclaim(&db.store, deadline))??;
+        // SAFETY: checked non-null.
+        unsafe {
+            *report_out = MoraineReclaimReport {
+                bytes_before: report.bytes_before,
+                bytes_after: report.bytes_after,
+                objects_deleted: report.objects_deleted,
+                elapsed_ms: report.elapsed.as_millis() as u64,
+            };
+        }
+        Ok(())
+    })
+}
+
+/// The retention audit as rows of four strings: section, item, value, detail.
+#[no_mangle]
+pub extern "C" fn moraine_db_audit(db: *mut MoraineDb, rows_out: *mut *mut MoraineStrings, err: *mut *mut c_char) -> i32 {
+    guarded(err, || {
+        let db = handle(db, "database")?;
+        let audit = block_on(crate::reclaim::audit::audit(&db.store))??;
+        let items = crate::reclaim::audit::rows(&audit)
+            .into_iter()
+            .flat_map(|row| row.into_iter())
+            .map(|s| CString::new(s.replace('\0', " ")).unwrap_or_default())
+            .collect();
+        out(rows_out, MoraineStrings { items })
+    })
+}

@@ -199,3 +199,30 @@ mod tests {
         assert_eq!(interval_seconds("soon"), None);
     }
 }
+
+/// The audit as `[section, item, value, detail]` rows, for SQL and the CLI.
+pub fn rows(a: &Audit) -> Vec<[String; 4]> {
+    let mut out = Vec::new();
+    let row = |s: &str, i: &str, v: String, d: String| [s.to_string(), i.to_string(), v, d];
+    for (label, (keys, bytes)) in &a.logical {
+        out.push(row("live", label, bytes.to_string(), format!("{keys} keys")));
+    }
+    out.push(row("live", "total", a.live_bytes().to_string(), "logical bytes of keys and values".into()));
+    for (kind, (objects, bytes)) in &a.physical.by_type {
+        out.push(row("physical", kind, bytes.to_string(), format!("{objects} objects")));
+    }
+    out.push(row("physical", "total", a.physical.bytes().to_string(), format!("{} objects", a.physical.objects())));
+    let opt = |v: Option<i64>| v.map_or("none".to_string(), |v| v.to_string());
+    out.push(row("snapshots", "count", a.snapshot_count.to_string(), format!("oldest id {}", opt(a.oldest_snapshot_id))));
+    out.push(row("snapshots", "oldest_age_seconds", opt(a.oldest_snapshot_age_seconds), String::new()));
+    out.push(row("history", "ended_versions", a.history_versions.to_string(), String::new()));
+    out.push(row("schedule", "backlog", a.schedule_backlog.to_string(), String::new()));
+    out.push(row("schedule", "oldest_age_seconds", opt(a.oldest_schedule_age_seconds), String::new()));
+    let option = |v: &Option<String>| v.clone().unwrap_or_else(|| "unset".into());
+    out.push(row("options", "expire_older_than", option(&a.expire_older_than), String::new()));
+    out.push(row("options", "delete_older_than", option(&a.delete_older_than), String::new()));
+    for f in &a.findings {
+        out.push(row("finding", &f.severity.to_string(), String::new(), f.message.clone()));
+    }
+    out
+}

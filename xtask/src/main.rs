@@ -52,6 +52,10 @@ fn main() -> ExitCode {
         Some("e2e") => e2e(&root, args.get(1).map(String::as_str)).and_then(Counts::into_result),
         Some("test") => return test_all(&root),
         Some("demo") => demo(&root),
+        Some("audit") => match args.get(1) {
+            Some(uri) => return audit(uri),
+            None => Err("usage: cargo xtask audit STORE_URI".to_string()),
+        },
         Some("footer") => match args.get(1) {
             Some(file) => show_footer(Path::new(file)),
             None => Err("usage: cargo xtask footer FILE".to_string()),
@@ -506,4 +510,31 @@ fn demo(root: &Path) -> Result<()> {
     })();
     let _ = std::fs::remove_dir_all(&tmp);
     result
+}
+
+/// The retention audit of a store, read-only and safe on a live store. Exits
+/// 1 when there are findings, so it can gate CI.
+fn audit(uri: &str) -> ExitCode {
+    let run = || -> std::result::Result<bool, String> {
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+        runtime.block_on(async {
+            let uri = moraine::store::StoreUri::parse(uri).map_err(|e| e.message())?;
+            let settings = moraine::store::StoreSettings { read_only: true, ..Default::default() };
+            let store = moraine::store::Store::open(&uri, &settings).await.map_err(|e| e.message())?;
+            let report = moraine::reclaim::audit::audit(&store).await.map_err(|e| e.message())?;
+            for [section, item, value, detail] in moraine::reclaim::audit::rows(&report) {
+                println!("{section:<10} {item:<40} {value:>14}  {detail}");
+            }
+            let _ = store.close().await;
+            Ok(report.findings.is_empty())
+        })
+    };
+    match run() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("audit failed: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
