@@ -83,9 +83,18 @@ fn main() -> ExitCode {
 // ---------------------------------------------------------------------------------------------
 // process helpers
 
+/// A cargo invocation that sees the same environment as one typed in a
+/// shell. `cargo run` exports CARGO_* variables to xtask; passing them on
+/// would change build-script fingerprints and recompile DuckDB (~20 min).
 fn cargo() -> Command {
-    let bin = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(bin);
+    let mut cmd = Command::new("cargo");
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy().into_owned();
+        let keep = matches!(key.as_str(), "CARGO_HOME" | "CARGO_TARGET_DIR");
+        if key.starts_with("CARGO") && !keep {
+            cmd.env_remove(&key);
+        }
+    }
     cmd.env("CARGO_TARGET_DIR", paths::target_dir());
     cmd
 }
