@@ -230,3 +230,28 @@ async fn inline_missing_version_fails_the_transaction() {
     // Nothing landed: the real version is still there.
     assert_eq!(chunks(&store).await[0], (1, 0, vec![0, 1, 2, 3, 4, 5]));
 }
+
+/// The coverage guard's cross-check: after expiring every snapshot but the
+/// head and draining the schedule, no kind declared as reclaimed by expiry
+/// or cleanup keeps an ended version or a schedule row. (Adding a `Kind`
+/// without a `Kind::reclaim` arm does not compile: the match is exhaustive.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_declarations_match_what_expiry_and_cleanup_remove() {
+    use moraine::catalog::Reclaim;
+    let store = memory_store("coverage").await;
+    history(&store).await;
+    expire(&store, &[0, 1, 2, 3]).await;
+    let mut tx = StagedTransaction::new(store.clone());
+    delete_where(&mut tx, Kind::FilesScheduledForDeletion, |_| true).await;
+    tx.commit().await.unwrap();
+    for kind in Kind::ALL {
+        let declared = kind.reclaim();
+        if kind.def().begin_end().is_some() && matches!(declared, Reclaim::SnapshotExpiry) {
+            assert_eq!(raw_keys(&store, Subspace::History, Some(kind.tag())).await, 0, "{kind:?} kept history");
+        }
+        if declared == Reclaim::ScheduleCleanup {
+            assert_eq!(raw_keys(&store, Subspace::Current, Some(kind.tag())).await, 0, "{kind:?} kept rows");
+        }
+    }
+    assert_eq!(raw_keys(&store, Subspace::Snapshot, None).await, 1, "only the head snapshot survives");
+}

@@ -701,3 +701,18 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod doc_tests {
+    use super::*;
+
+    /// docs/keyspace.md maps every table to its home; a new kind must be
+    /// documented there too.
+    #[test]
+    fn keyspace_doc_lists_every_table() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/keyspace.md")).unwrap();
+        for def in &TABLES {
+            assert!(doc.contains(&format!("`{}`", def.name)), "docs/keyspace.md does not list {}", def.name);
+        }
+    }
+}
