@@ -40,7 +40,12 @@ pub struct Mutation {
 
 impl Mutation {
     fn new(head_row: &Row) -> Result<Mutation> {
-        let int = |i: usize| head_row.get(i).and_then(Cell::as_int).ok_or_else(|| Error::corruption("head snapshot row is incomplete"));
+        let int = |i: usize| {
+            head_row
+                .get(i)
+                .and_then(Cell::as_int)
+                .ok_or_else(|| Error::corruption("head snapshot row is incomplete"))
+        };
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_micros() as i64)
@@ -70,7 +75,15 @@ impl Mutation {
         let uuid = uuid::Uuid::new_v4().to_string();
         self.inserts.push((
             Kind::Schema,
-            vec![Cell::Int(id), Cell::Text(uuid), Cell::Int(self.snapshot_id), Cell::Null, Cell::Text(name.into()), Cell::Text(format!("{name}/")), Cell::Bool(true)],
+            vec![
+                Cell::Int(id),
+                Cell::Text(uuid),
+                Cell::Int(self.snapshot_id),
+                Cell::Null,
+                Cell::Text(name.into()),
+                Cell::Text(format!("{name}/")),
+                Cell::Bool(true),
+            ],
         ));
         self.schema_changed = true;
         self.changes.push(format!("created_schema:\"{name}\""));
@@ -78,41 +91,87 @@ impl Mutation {
     }
 
     /// Creates a table with `(name, DuckLake type)` columns, e.g. `("id", "int64")`.
-    pub fn create_table(&mut self, schema_id: i64, schema_name: &str, name: &str, columns: &[(&str, &str)]) -> i64 {
+    pub fn create_table(
+        &mut self,
+        schema_id: i64,
+        schema_name: &str,
+        name: &str,
+        columns: &[(&str, &str)],
+    ) -> i64 {
         let id = self.catalog_id();
         let uuid = uuid::Uuid::new_v4().to_string();
         self.inserts.push((
             Kind::Table,
-            vec![Cell::Int(id), Cell::Text(uuid), Cell::Int(self.snapshot_id), Cell::Null, Cell::Int(schema_id), Cell::Text(name.into()), Cell::Text(format!("{name}/")), Cell::Bool(true)],
+            vec![
+                Cell::Int(id),
+                Cell::Text(uuid),
+                Cell::Int(self.snapshot_id),
+                Cell::Null,
+                Cell::Int(schema_id),
+                Cell::Text(name.into()),
+                Cell::Text(format!("{name}/")),
+                Cell::Bool(true),
+            ],
         ));
         for (order, (column, ty)) in columns.iter().enumerate() {
             let column_id = self.catalog_id();
             self.inserts.push((
                 Kind::Column,
                 vec![
-                    Cell::Int(column_id), Cell::Int(self.snapshot_id), Cell::Null, Cell::Int(id), Cell::Int(order as i64),
-                    Cell::Text((*column).into()), Cell::Text((*ty).into()), Cell::Null, Cell::Null, Cell::Bool(true),
-                    Cell::Null, Cell::Null, Cell::Null,
+                    Cell::Int(column_id),
+                    Cell::Int(self.snapshot_id),
+                    Cell::Null,
+                    Cell::Int(id),
+                    Cell::Int(order as i64),
+                    Cell::Text((*column).into()),
+                    Cell::Text((*ty).into()),
+                    Cell::Null,
+                    Cell::Null,
+                    Cell::Bool(true),
+                    Cell::Null,
+                    Cell::Null,
+                    Cell::Null,
                 ],
             ));
         }
         self.schema_changed = true;
         self.touched_ids.insert(id);
         self.touched_names.insert(format!("{schema_name}.{name}"));
-        self.changes.push(format!("created_table:\"{schema_name}\".\"{name}\""));
+        self.changes
+            .push(format!("created_table:\"{schema_name}\".\"{name}\""));
         id
     }
 
     /// Registers a Parquet file DuckLake-style (relative to the table path).
-    pub fn add_data_file(&mut self, table_id: i64, path: &str, record_count: i64, file_size_bytes: i64, row_id_start: i64) -> i64 {
+    pub fn add_data_file(
+        &mut self,
+        table_id: i64,
+        path: &str,
+        record_count: i64,
+        file_size_bytes: i64,
+        row_id_start: i64,
+    ) -> i64 {
         let id = self.next_file_id;
         self.next_file_id += 1;
         self.inserts.push((
             Kind::DataFile,
             vec![
-                Cell::Int(id), Cell::Int(table_id), Cell::Int(self.snapshot_id), Cell::Null, Cell::Null, Cell::Text(path.into()),
-                Cell::Bool(true), Cell::Text("parquet".into()), Cell::Int(record_count), Cell::Int(file_size_bytes),
-                Cell::Int(0), Cell::Int(row_id_start), Cell::Null, Cell::Null, Cell::Null, Cell::Null,
+                Cell::Int(id),
+                Cell::Int(table_id),
+                Cell::Int(self.snapshot_id),
+                Cell::Null,
+                Cell::Null,
+                Cell::Text(path.into()),
+                Cell::Bool(true),
+                Cell::Text("parquet".into()),
+                Cell::Int(record_count),
+                Cell::Int(file_size_bytes),
+                Cell::Int(0),
+                Cell::Int(row_id_start),
+                Cell::Null,
+                Cell::Null,
+                Cell::Null,
+                Cell::Null,
             ],
         ));
         self.touched_ids.insert(table_id);
@@ -149,21 +208,58 @@ impl Catalog {
             return Ok(());
         }
         for kind in Kind::ALL {
-            tx.create_table(kind.def().name, catalog::fixed_columns(kind), true).await?;
+            tx.create_table(kind.def().name, catalog::fixed_columns(kind), true)
+                .await?;
         }
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or_default();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as i64)
+            .unwrap_or_default();
         let t = |s: &str| Cell::Text(s.to_string());
-        tx.stage_insert(TableRef::Fixed(Kind::Snapshot), vec![vec![Cell::Int(0), Cell::Int(now), Cell::Int(0), Cell::Int(1), Cell::Int(0)]]).await?;
-        tx.stage_insert(TableRef::Fixed(Kind::SnapshotChanges), vec![vec![Cell::Int(0), t("created_schema:\"main\""), Cell::Null, Cell::Null, Cell::Null]]).await?;
+        tx.stage_insert(
+            TableRef::Fixed(Kind::Snapshot),
+            vec![vec![
+                Cell::Int(0),
+                Cell::Int(now),
+                Cell::Int(0),
+                Cell::Int(1),
+                Cell::Int(0),
+            ]],
+        )
+        .await?;
+        tx.stage_insert(
+            TableRef::Fixed(Kind::SnapshotChanges),
+            vec![vec![
+                Cell::Int(0),
+                t("created_schema:\"main\""),
+                Cell::Null,
+                Cell::Null,
+                Cell::Null,
+            ]],
+        )
+        .await?;
         let meta = |k: &str, v: &str| vec![t(k), t(v), Cell::Null, Cell::Null];
         tx.stage_insert(
             TableRef::Fixed(Kind::Metadata),
-            vec![meta("version", "1.0"), meta("created_by", &format!("moraine {}", crate::VERSION)), meta("data_path", data_path), meta("encrypted", "false")],
+            vec![
+                meta("version", "1.0"),
+                meta("created_by", &format!("moraine {}", crate::VERSION)),
+                meta("data_path", data_path),
+                meta("encrypted", "false"),
+            ],
         )
         .await?;
         tx.stage_insert(
             TableRef::Fixed(Kind::Schema),
-            vec![vec![Cell::Int(0), t(&uuid::Uuid::new_v4().to_string()), Cell::Int(0), Cell::Null, t("main"), t("main/"), Cell::Bool(true)]],
+            vec![vec![
+                Cell::Int(0),
+                t(&uuid::Uuid::new_v4().to_string()),
+                Cell::Int(0),
+                Cell::Null,
+                t("main"),
+                t("main/"),
+                Cell::Bool(true),
+            ]],
         )
         .await?;
         match tx.commit().await {
@@ -191,21 +287,33 @@ impl Catalog {
         let mut backoff = Duration::from_millis(2);
         for attempt in 1..=MAX_ATTEMPTS {
             let mut tx = StagedTransaction::new(self.store.clone());
-            let premise = tx.premise().await?.ok_or_else(|| Error::NotFound("the catalog is not initialised".into()))?;
+            let premise = tx
+                .premise()
+                .await?
+                .ok_or_else(|| Error::NotFound("the catalog is not initialised".into()))?;
             let base = catalog::dump_head(&self.store).await?;
             if base.head != premise {
                 continue; // the head moved between two reads: take a fresh look
             }
-            let head_row = base.tables[&Kind::Snapshot].first().cloned().ok_or_else(|| Error::corruption("head snapshot row missing"))?;
+            let head_row = base.tables[&Kind::Snapshot]
+                .first()
+                .cloned()
+                .ok_or_else(|| Error::corruption("head snapshot row missing"))?;
             let mut mutation = Mutation::new(&head_row)?;
             change(&mut mutation, &base)?;
             stage(&mut tx, &base, &mutation).await?;
             match tx.commit().await {
                 Ok(CommitOutcome::Snapshot(id)) => return Ok(id),
-                Ok(other) => return Err(Error::Internal(format!("a verb commit landed as {other:?}"))),
+                Ok(other) => {
+                    return Err(Error::Internal(format!(
+                        "a verb commit landed as {other:?}"
+                    )))
+                }
                 Err(Error::Conflict(why)) => {
                     if !self.race_was_benign(premise.snapshot_id, &mutation).await? {
-                        return Err(Error::Conflict(format!("a concurrent commit touched the same tables: {why}")));
+                        return Err(Error::Conflict(format!(
+                            "a concurrent commit touched the same tables: {why}"
+                        )));
                     }
                     if attempt == MAX_ATTEMPTS {
                         break;
@@ -216,7 +324,9 @@ impl Catalog {
                 Err(e) => return Err(e),
             }
         }
-        Err(Error::Store(format!("gave up after {MAX_ATTEMPTS} attempts against a busy catalog")))
+        Err(Error::Store(format!(
+            "gave up after {MAX_ATTEMPTS} attempts against a busy catalog"
+        )))
     }
 
     /// Whether every commit after `base` touched only other tables. A
@@ -224,10 +334,17 @@ impl Catalog {
     /// refresh, never corruption.
     async fn race_was_benign(&self, base: i64, mutation: &Mutation) -> Result<bool> {
         let mut tx = StagedTransaction::new(self.store.clone());
-        let changes = tx.visible_rows(TableRef::Fixed(Kind::SnapshotChanges)).await?;
-        for row in changes.iter().filter(|r| r[0].as_int().is_some_and(|s| s > base)) {
+        let changes = tx
+            .visible_rows(TableRef::Fixed(Kind::SnapshotChanges))
+            .await?;
+        for row in changes
+            .iter()
+            .filter(|r| r[0].as_int().is_some_and(|s| s > base))
+        {
             for token in row[1].as_text().unwrap_or_default().split(',') {
-                let Some((what, arg)) = token.split_once(':') else { continue };
+                let Some((what, arg)) = token.split_once(':') else {
+                    continue;
+                };
                 if what.starts_with("created_table") {
                     if mutation.touched_names.contains(&arg.replace('"', "")) {
                         return Ok(false);
@@ -247,7 +364,13 @@ async fn stage(tx: &mut StagedTransaction, base: &Dump, m: &Mutation) -> Result<
     let schema_version = m.schema_version + i64::from(m.schema_changed);
     tx.stage_insert(
         TableRef::Fixed(Kind::Snapshot),
-        vec![vec![Cell::Int(m.snapshot_id), Cell::Int(m.now_micros), Cell::Int(schema_version), Cell::Int(m.next_catalog_id), Cell::Int(m.next_file_id)]],
+        vec![vec![
+            Cell::Int(m.snapshot_id),
+            Cell::Int(m.now_micros),
+            Cell::Int(schema_version),
+            Cell::Int(m.next_catalog_id),
+            Cell::Int(m.next_file_id),
+        ]],
     )
     .await?;
     for (kind, id) in &m.ends {
@@ -256,20 +379,50 @@ async fn stage(tx: &mut StagedTransaction, base: &Dump, m: &Mutation) -> Result<
             .iter()
             .position(|r| r[0] == Cell::Int(*id) && r[3].is_null())
             .ok_or_else(|| Error::NotFound(format!("{} {id} is not live", kind.def().name)))?;
-        tx.stage_update(TableRef::Fixed(*kind), &[base_id + at as i64], &[3], vec![vec![Cell::Int(m.snapshot_id)]]).await?;
+        tx.stage_update(
+            TableRef::Fixed(*kind),
+            &[base_id + at as i64],
+            &[3],
+            vec![vec![Cell::Int(m.snapshot_id)]],
+        )
+        .await?;
     }
     for (kind, row) in &m.inserts {
-        tx.stage_insert(TableRef::Fixed(*kind), vec![row.clone()]).await?;
+        tx.stage_insert(TableRef::Fixed(*kind), vec![row.clone()])
+            .await?;
     }
     if m.schema_changed {
         let mut tables: BTreeSet<i64> = m.touched_ids.clone();
-        tables.retain(|t| base.tables[&Kind::Table].iter().any(|r| r[0] == Cell::Int(*t)) || m.inserts.iter().any(|(k, r)| *k == Kind::Table && r[0] == Cell::Int(*t)));
-        let rows = tables.into_iter().map(|t| vec![Cell::Int(m.snapshot_id), Cell::Int(schema_version), Cell::Int(t)]).collect();
-        tx.stage_insert(TableRef::Fixed(Kind::SchemaVersions), rows).await?;
+        tables.retain(|t| {
+            base.tables[&Kind::Table]
+                .iter()
+                .any(|r| r[0] == Cell::Int(*t))
+                || m.inserts
+                    .iter()
+                    .any(|(k, r)| *k == Kind::Table && r[0] == Cell::Int(*t))
+        });
+        let rows = tables
+            .into_iter()
+            .map(|t| {
+                vec![
+                    Cell::Int(m.snapshot_id),
+                    Cell::Int(schema_version),
+                    Cell::Int(t),
+                ]
+            })
+            .collect();
+        tx.stage_insert(TableRef::Fixed(Kind::SchemaVersions), rows)
+            .await?;
     }
     tx.stage_insert(
         TableRef::Fixed(Kind::SnapshotChanges),
-        vec![vec![Cell::Int(m.snapshot_id), Cell::Text(m.changes.join(",")), Cell::Null, Cell::Null, Cell::Null]],
+        vec![vec![
+            Cell::Int(m.snapshot_id),
+            Cell::Text(m.changes.join(",")),
+            Cell::Null,
+            Cell::Null,
+            Cell::Null,
+        ]],
     )
     .await
 }

@@ -105,7 +105,10 @@ pub(crate) fn slate(context: &str, err: slatedb::Error) -> Error {
     if matches!(err.kind(), slatedb::ErrorKind::Transaction) {
         return Error::Conflict(format!("{context}: another commit landed first"));
     }
-    if matches!(err.kind(), slatedb::ErrorKind::Closed(slatedb::CloseReason::Fenced)) {
+    if matches!(
+        err.kind(),
+        slatedb::ErrorKind::Closed(slatedb::CloseReason::Fenced)
+    ) {
         return Error::Fenced;
     }
     Error::Store(format!("{context}: {text}"))

@@ -19,24 +19,42 @@ async fn bootstrap_makes_snapshot_zero_and_the_tables() {
     assert_eq!(dump.tables[&Kind::Metadata].len(), 2);
     let mut tx = StagedTransaction::new(store.clone());
     assert!(tx.lookup("ducklake_data_file").await.unwrap().is_some());
-    assert!(tx.lookup("ducklake_inlined_data_1_1").await.unwrap().is_none());
+    assert!(tx
+        .lookup("ducklake_inlined_data_1_1")
+        .await
+        .unwrap()
+        .is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ending_a_version_moves_it_to_history_and_time_travel_sees_it() {
     let store = memory_store("history").await;
     bootstrap(&store).await;
-    assert_eq!(create_table(&store, 1, 1, "t").await, CommitOutcome::Snapshot(1));
+    assert_eq!(
+        create_table(&store, 1, 1, "t").await,
+        CommitOutcome::Snapshot(1)
+    );
     // Snapshot 2 renames: DuckLake ends the table row and inserts a new one.
     let mut tx = StagedTransaction::new(store.clone());
     let (base, rows) = tx.scan(fixed(Kind::Table)).await.unwrap();
     assert_eq!(rows.len(), 1);
-    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(2, 2, 3, 0)]).await.unwrap();
-    tx.stage_update(fixed(Kind::Table), &[base], &[3], vec![vec![int(2)]]).await.unwrap();
-    tx.stage_insert(fixed(Kind::Table), vec![table_row(1, 2, "t2")]).await.unwrap();
+    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(2, 2, 3, 0)])
+        .await
+        .unwrap();
+    tx.stage_update(fixed(Kind::Table), &[base], &[3], vec![vec![int(2)]])
+        .await
+        .unwrap();
+    tx.stage_insert(fixed(Kind::Table), vec![table_row(1, 2, "t2")])
+        .await
+        .unwrap();
     // Read-your-writes: the transaction sees both versions.
     assert_eq!(tx.visible_rows(fixed(Kind::Table)).await.unwrap().len(), 2);
-    tx.stage_insert(fixed(Kind::SnapshotChanges), vec![changes_row(2, "altered_table:1")]).await.unwrap();
+    tx.stage_insert(
+        fixed(Kind::SnapshotChanges),
+        vec![changes_row(2, "altered_table:1")],
+    )
+    .await
+    .unwrap();
     assert_eq!(tx.commit().await.unwrap(), CommitOutcome::Snapshot(2));
 
     let head = catalog::dump_head(&store).await.unwrap();
@@ -58,8 +76,15 @@ async fn racing_commits_one_lands_the_other_gets_conflict() {
     a.premise().await.unwrap();
     b.premise().await.unwrap();
     for (tx, id) in [(&mut a, 1), (&mut b, 1)] {
-        tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(id, 1, 3, 0)]).await.unwrap();
-        tx.stage_insert(fixed(Kind::SnapshotChanges), vec![changes_row(id, "created_table:x")]).await.unwrap();
+        tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(id, 1, 3, 0)])
+            .await
+            .unwrap();
+        tx.stage_insert(
+            fixed(Kind::SnapshotChanges),
+            vec![changes_row(id, "created_table:x")],
+        )
+        .await
+        .unwrap();
     }
     assert_eq!(a.commit().await.unwrap(), CommitOutcome::Snapshot(1));
     let err = b.commit().await.unwrap_err();
@@ -75,7 +100,10 @@ async fn rollback_discards_and_reopen_sees_exactly_what_committed() {
         bootstrap(&store).await;
         create_table(&store, 1, 1, "kept").await;
         let mut dropped = StagedTransaction::new(store.clone());
-        dropped.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(2, 2, 3, 0)]).await.unwrap();
+        dropped
+            .stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(2, 2, 3, 0)])
+            .await
+            .unwrap();
         drop(dropped); // ROLLBACK: nothing reaches the store.
         store.close().await.unwrap();
     }
@@ -95,15 +123,35 @@ async fn maintenance_commits_preserve_head() {
     let mut tx = StagedTransaction::new(store.clone());
     let (base, rows) = tx.scan(fixed(Kind::Snapshot)).await.unwrap();
     let at = rows.iter().position(|r| r[0] == int(1)).unwrap() as i64;
-    tx.stage_delete(fixed(Kind::Snapshot), &[base + at]).await.unwrap();
+    tx.stage_delete(fixed(Kind::Snapshot), &[base + at])
+        .await
+        .unwrap();
     // Read-your-writes: the staged delete hides the snapshot inside the
     // transaction, a fresh reader still sees it.
-    assert_eq!(tx.visible_rows(fixed(Kind::Snapshot)).await.unwrap().len(), 2);
-    assert_eq!(tx.visible_rows(fixed(Kind::SnapshotChanges)).await.unwrap().len(), 2);
+    assert_eq!(
+        tx.visible_rows(fixed(Kind::Snapshot)).await.unwrap().len(),
+        2
+    );
+    assert_eq!(
+        tx.visible_rows(fixed(Kind::SnapshotChanges))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
     let mut outside = StagedTransaction::new(store.clone());
-    assert_eq!(outside.visible_rows(fixed(Kind::Snapshot)).await.unwrap().len(), 3);
+    assert_eq!(
+        outside
+            .visible_rows(fixed(Kind::Snapshot))
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
     let outcome = tx.commit().await.unwrap();
-    let CommitOutcome::HeadPreserving(head) = outcome else { panic!("{outcome:?}") };
+    let CommitOutcome::HeadPreserving(head) = outcome else {
+        panic!("{outcome:?}")
+    };
     assert_eq!(head.snapshot_id, before.head.snapshot_id);
     assert_eq!(head.batch_count, before.head.batch_count + 1);
     assert!(catalog::dump_at(&store, 1).await.is_err());
@@ -117,7 +165,9 @@ async fn deleting_the_head_snapshot_is_refused() {
     let mut tx = StagedTransaction::new(store.clone());
     let (base, rows) = tx.scan(fixed(Kind::Snapshot)).await.unwrap();
     let at = rows.iter().position(|r| r[0] == int(1)).unwrap() as i64;
-    tx.stage_delete(fixed(Kind::Snapshot), &[base + at]).await.unwrap();
+    tx.stage_delete(fixed(Kind::Snapshot), &[base + at])
+        .await
+        .unwrap();
     let err = tx.commit().await.unwrap_err();
     assert!(matches!(err, Error::Constraint(_)), "{err}");
     assert!(err.to_string().contains("head snapshot"));
@@ -128,7 +178,9 @@ async fn entity_changes_without_a_snapshot_are_refused() {
     let store = memory_store("mixed").await;
     bootstrap(&store).await;
     let mut tx = StagedTransaction::new(store.clone());
-    tx.stage_insert(fixed(Kind::Table), vec![table_row(5, 0, "sneaky")]).await.unwrap();
+    tx.stage_insert(fixed(Kind::Table), vec![table_row(5, 0, "sneaky")])
+        .await
+        .unwrap();
     let err = tx.commit().await.unwrap_err();
     assert!(matches!(err, Error::Constraint(_)), "{err}");
 }

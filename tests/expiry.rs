@@ -18,28 +18,66 @@ async fn history(store: &StoreRef) {
     bootstrap(store).await;
     create_table(store, 1, 1, "t").await;
     let mut tx = StagedTransaction::new(store.clone());
-    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(2, 1, 3, 11)]).await.unwrap();
-    tx.stage_insert(fixed(Kind::DataFile), vec![data_file_row(10, 1, 2)]).await.unwrap();
-    tx.stage_insert(fixed(Kind::SnapshotChanges), vec![changes_row(2, "inserted_into_table:1")]).await.unwrap();
+    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(2, 1, 3, 11)])
+        .await
+        .unwrap();
+    tx.stage_insert(fixed(Kind::DataFile), vec![data_file_row(10, 1, 2)])
+        .await
+        .unwrap();
+    tx.stage_insert(
+        fixed(Kind::SnapshotChanges),
+        vec![changes_row(2, "inserted_into_table:1")],
+    )
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
     let mut tx = StagedTransaction::new(store.clone());
     let (base, rows) = tx.scan(fixed(Kind::DataFile)).await.unwrap();
     assert_eq!(rows.len(), 1);
-    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(3, 1, 3, 12)]).await.unwrap();
-    tx.stage_update(fixed(Kind::DataFile), &[base], &[3], vec![vec![int(3)]]).await.unwrap();
-    tx.stage_insert(fixed(Kind::DataFile), vec![data_file_row(11, 1, 3)]).await.unwrap();
-    tx.stage_insert(fixed(Kind::SnapshotChanges), vec![changes_row(3, "rewrite_delete:1")]).await.unwrap();
+    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(3, 1, 3, 12)])
+        .await
+        .unwrap();
+    tx.stage_update(fixed(Kind::DataFile), &[base], &[3], vec![vec![int(3)]])
+        .await
+        .unwrap();
+    tx.stage_insert(fixed(Kind::DataFile), vec![data_file_row(11, 1, 3)])
+        .await
+        .unwrap();
+    tx.stage_insert(
+        fixed(Kind::SnapshotChanges),
+        vec![changes_row(3, "rewrite_delete:1")],
+    )
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
     let mut tx = StagedTransaction::new(store.clone());
-    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(4, 1, 3, 13)]).await.unwrap();
-    tx.stage_insert(fixed(Kind::DataFile), vec![data_file_row(12, 1, 4)]).await.unwrap();
-    tx.stage_insert(fixed(Kind::SnapshotChanges), vec![changes_row(4, "inserted_into_table:1")]).await.unwrap();
+    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(4, 1, 3, 13)])
+        .await
+        .unwrap();
+    tx.stage_insert(fixed(Kind::DataFile), vec![data_file_row(12, 1, 4)])
+        .await
+        .unwrap();
+    tx.stage_insert(
+        fixed(Kind::SnapshotChanges),
+        vec![changes_row(4, "inserted_into_table:1")],
+    )
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
 }
 
-async fn delete_where(tx: &mut StagedTransaction, kind: Kind, pred: impl Fn(&Row) -> bool) -> usize {
+async fn delete_where(
+    tx: &mut StagedTransaction,
+    kind: Kind,
+    pred: impl Fn(&Row) -> bool,
+) -> usize {
     let (base, rows) = tx.scan(fixed(kind)).await.unwrap();
-    let ids: Vec<i64> = rows.iter().enumerate().filter(|(_, r)| pred(r)).map(|(i, _)| base + i as i64).collect();
+    let ids: Vec<i64> = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| pred(r))
+        .map(|(i, _)| base + i as i64)
+        .collect();
     tx.stage_delete(fixed(kind), &ids).await.unwrap();
     ids.len()
 }
@@ -52,23 +90,46 @@ async fn expire(store: &StoreRef, expired: &[i64]) -> CommitOutcome {
     delete_where(&mut tx, Kind::Snapshot, named).await;
     delete_where(&mut tx, Kind::SnapshotChanges, named).await;
     // Dead-row rule: no surviving snapshot lies in [begin, end).
-    let survivors: Vec<i64> =
-        tx.visible_rows(fixed(Kind::Snapshot)).await.unwrap().iter().map(|r| r[0].as_int().unwrap()).collect();
-    let dead = |b: i64, e: Option<i64>| e.is_some_and(|e| !survivors.iter().any(|s| *s >= b && *s < e));
+    let survivors: Vec<i64> = tx
+        .visible_rows(fixed(Kind::Snapshot))
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r[0].as_int().unwrap())
+        .collect();
+    let dead =
+        |b: i64, e: Option<i64>| e.is_some_and(|e| !survivors.iter().any(|s| *s >= b && *s < e));
     let files = tx.visible_rows(fixed(Kind::DataFile)).await.unwrap();
-    let dead_files: Vec<Row> = files.iter().filter(|r| dead(r[2].as_int().unwrap(), r[3].as_int())).cloned().collect();
+    let dead_files: Vec<Row> = files
+        .iter()
+        .filter(|r| dead(r[2].as_int().unwrap(), r[3].as_int()))
+        .cloned()
+        .collect();
     delete_where(&mut tx, Kind::DataFile, |r| dead_files.contains(r)).await;
     let schedule: Vec<Row> = dead_files
         .iter()
-        .map(|f| vec![f[0].clone(), f[5].clone(), f[6].clone(), int(1_800_000_000_000_000)])
+        .map(|f| {
+            vec![
+                f[0].clone(),
+                f[5].clone(),
+                f[6].clone(),
+                int(1_800_000_000_000_000),
+            ]
+        })
         .collect();
-    tx.stage_insert(fixed(Kind::FilesScheduledForDeletion), schedule).await.unwrap();
+    tx.stage_insert(fixed(Kind::FilesScheduledForDeletion), schedule)
+        .await
+        .unwrap();
     tx.commit().await.unwrap()
 }
 
 async fn raw_keys(store: &StoreRef, subspace: Subspace, tag: Option<u8>) -> usize {
     let view = store.snapshot().unwrap();
-    store.scan_prefix(&view, &keys::prefix(subspace, tag)).await.unwrap().len()
+    store
+        .scan_prefix(&view, &keys::prefix(subspace, tag))
+        .await
+        .unwrap()
+        .len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,10 +138,15 @@ async fn expiry_prunes_and_preserves_head() {
     history(&store).await;
     let head_before = catalog::dump_head(&store).await.unwrap();
     let at3_before = catalog::dump_at(&store, 3).await.unwrap();
-    assert_eq!(raw_keys(&store, Subspace::History, Some(Kind::DataFile.tag())).await, 1);
+    assert_eq!(
+        raw_keys(&store, Subspace::History, Some(Kind::DataFile.tag())).await,
+        1
+    );
 
     let outcome = expire(&store, &[1, 2]).await;
-    let CommitOutcome::HeadPreserving(head) = outcome else { panic!("{outcome:?}") };
+    let CommitOutcome::HeadPreserving(head) = outcome else {
+        panic!("{outcome:?}")
+    };
     assert_eq!(head.snapshot_id, 4);
     assert_eq!(head.batch_count, head_before.head.batch_count + 1);
 
@@ -89,7 +155,10 @@ async fn expiry_prunes_and_preserves_head() {
         let err = catalog::dump_at(&store, gone).await.unwrap_err();
         assert!(matches!(err, Error::NotFound(_)), "{err}");
     }
-    assert_eq!(raw_keys(&store, Subspace::History, Some(Kind::DataFile.tag())).await, 0);
+    assert_eq!(
+        raw_keys(&store, Subspace::History, Some(Kind::DataFile.tag())).await,
+        0
+    );
     // The scheduled file appears with its path.
     let head_after = catalog::dump_head(&store).await.unwrap();
     let schedule = &head_after.tables[&Kind::FilesScheduledForDeletion];
@@ -97,13 +166,22 @@ async fn expiry_prunes_and_preserves_head() {
     assert_eq!(schedule[0][0], int(10));
     assert_eq!(schedule[0][1], text("f10.parquet"));
     // The current view at head is unchanged (but for the schedule).
-    for kind in Kind::ALL.iter().filter(|k| **k != Kind::FilesScheduledForDeletion) {
-        assert_eq!(head_after.tables[kind], head_before.tables[kind], "{kind:?}");
+    for kind in Kind::ALL
+        .iter()
+        .filter(|k| **k != Kind::FilesScheduledForDeletion)
+    {
+        assert_eq!(
+            head_after.tables[kind], head_before.tables[kind],
+            "{kind:?}"
+        );
     }
     // Above the prune, time travel resolves exactly as before.
     let at3_after = catalog::dump_at(&store, 3).await.unwrap();
     for kind in [Kind::Table, Kind::Column, Kind::DataFile, Kind::Schema] {
-        assert_eq!(at3_after.tables[&kind], at3_before.tables[&kind], "{kind:?}");
+        assert_eq!(
+            at3_after.tables[&kind], at3_before.tables[&kind],
+            "{kind:?}"
+        );
     }
 }
 
@@ -113,9 +191,25 @@ async fn cleanup_forgets_the_schedule_row() {
     history(&store).await;
     expire(&store, &[1, 2]).await;
     let mut tx = StagedTransaction::new(store.clone());
-    assert_eq!(delete_where(&mut tx, Kind::FilesScheduledForDeletion, |r| r[0] == int(10)).await, 1);
-    assert!(matches!(tx.commit().await.unwrap(), CommitOutcome::HeadPreserving(_)));
-    assert_eq!(raw_keys(&store, Subspace::Current, Some(Kind::FilesScheduledForDeletion.tag())).await, 0);
+    assert_eq!(
+        delete_where(&mut tx, Kind::FilesScheduledForDeletion, |r| r[0]
+            == int(10))
+        .await,
+        1
+    );
+    assert!(matches!(
+        tx.commit().await.unwrap(),
+        CommitOutcome::HeadPreserving(_)
+    ));
+    assert_eq!(
+        raw_keys(
+            &store,
+            Subspace::Current,
+            Some(Kind::FilesScheduledForDeletion.tag())
+        )
+        .await,
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,17 +221,29 @@ async fn expiry_of_interior_snapshots_keeps_later_ones() {
     expire(&store, &[2]).await;
     assert!(catalog::dump_at(&store, 1).await.is_ok());
     assert!(catalog::dump_at(&store, 2).await.is_err());
-    assert_eq!(catalog::dump_at(&store, 3).await.unwrap().tables[&Kind::DataFile].len(), 1);
+    assert_eq!(
+        catalog::dump_at(&store, 3).await.unwrap().tables[&Kind::DataFile].len(),
+        1
+    );
 }
 
 fn inline_columns() -> Vec<ColumnDesc> {
     let mut cols = moraine::inline::data_columns(&[]);
-    cols.push(ColumnDesc { name: "v".into(), type_name: "INTEGER".into(), transfer: Transfer::Value });
+    cols.push(ColumnDesc {
+        name: "v".into(),
+        type_name: "INTEGER".into(),
+        transfer: Transfer::Value,
+    });
     cols
 }
 
 fn inline_row(row_id: i64, begin: i64) -> Row {
-    vec![int(row_id), int(begin), NULL, Cell::Blob(vec![row_id as u8])]
+    vec![
+        int(row_id),
+        int(begin),
+        NULL,
+        Cell::Blob(vec![row_id as u8]),
+    ]
 }
 
 const INLINED: &str = "ducklake_inlined_data_1_1";
@@ -148,11 +254,25 @@ async fn inline_history(store: &StoreRef) {
     for (snapshot, rows) in [(1, (0..6).collect::<Vec<_>>()), (2, vec![6, 7])] {
         let mut tx = StagedTransaction::new(store.clone());
         if snapshot == 1 {
-            tx.create_table(INLINED, inline_columns(), true).await.unwrap();
+            tx.create_table(INLINED, inline_columns(), true)
+                .await
+                .unwrap();
         }
-        tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(snapshot, 1, 2, 0)]).await.unwrap();
-        tx.stage_insert(TableRef::parse(INLINED).unwrap(), rows.iter().map(|r| inline_row(*r, snapshot)).collect()).await.unwrap();
-        tx.stage_insert(fixed(Kind::SnapshotChanges), vec![changes_row(snapshot, "inlined_insert:1")]).await.unwrap();
+        tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(snapshot, 1, 2, 0)])
+            .await
+            .unwrap();
+        tx.stage_insert(
+            TableRef::parse(INLINED).unwrap(),
+            rows.iter().map(|r| inline_row(*r, snapshot)).collect(),
+        )
+        .await
+        .unwrap();
+        tx.stage_insert(
+            fixed(Kind::SnapshotChanges),
+            vec![changes_row(snapshot, "inlined_insert:1")],
+        )
+        .await
+        .unwrap();
         tx.commit().await.unwrap();
     }
 }
@@ -163,7 +283,10 @@ async fn delete_inline(store: &StoreRef, selection: &[(i64, i64)]) -> Result<Com
     let (base, rows) = tx.scan(table).await.unwrap();
     let mut ids = Vec::new();
     for (row_id, begin) in selection {
-        match rows.iter().position(|r| r[0] == int(*row_id) && r[1] == int(*begin)) {
+        match rows
+            .iter()
+            .position(|r| r[0] == int(*row_id) && r[1] == int(*begin))
+        {
             Some(at) => ids.push(base + at as i64),
             None => return Err(Error::NotFound(format!("{row_id}"))),
         }
@@ -175,9 +298,17 @@ async fn delete_inline(store: &StoreRef, selection: &[(i64, i64)]) -> Result<Com
 async fn chunks(store: &StoreRef) -> Vec<(i64, i64, Vec<i64>)> {
     let view = store.snapshot().unwrap();
     let mut out = Vec::new();
-    for (key, value) in store.scan_prefix(&view, &moraine::inline::chunk_prefix(1, 1)).await.unwrap() {
+    for (key, value) in store
+        .scan_prefix(&view, &moraine::inline::chunk_prefix(1, 1))
+        .await
+        .unwrap()
+    {
         let (begin, seq) = moraine::inline::chunk_coordinates(&key).unwrap();
-        let ids = moraine::inline::decode_chunk(&value).unwrap().iter().map(|r| r[0].as_int().unwrap()).collect();
+        let ids = moraine::inline::decode_chunk(&value)
+            .unwrap()
+            .iter()
+            .map(|r| r[0].as_int().unwrap())
+            .collect();
         out.push((begin, seq, ids));
     }
     out
@@ -189,7 +320,10 @@ async fn inline_partial_selection_rewrites_contiguous_runs() {
     inline_history(&store).await;
     delete_inline(&store, &[(2, 1), (3, 1)]).await.unwrap();
     // Survivors 0,1 keep sequence 0; 4,5 take the next free sequence.
-    assert_eq!(chunks(&store).await, vec![(1, 0, vec![0, 1]), (1, 1, vec![4, 5]), (2, 0, vec![6, 7])]);
+    assert_eq!(
+        chunks(&store).await,
+        vec![(1, 0, vec![0, 1]), (1, 1, vec![4, 5]), (2, 0, vec![6, 7])]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,7 +344,10 @@ async fn inline_repeated_selection_is_deduplicated() {
     let at = base + rows.iter().position(|r| r[0] == int(7)).unwrap() as i64;
     tx.stage_delete(table, &[at, at]).await.unwrap();
     tx.commit().await.unwrap();
-    assert_eq!(chunks(&store).await, vec![(1, 0, vec![0, 1, 2, 3, 4, 5]), (2, 0, vec![6])]);
+    assert_eq!(
+        chunks(&store).await,
+        vec![(1, 0, vec![0, 1, 2, 3, 4, 5]), (2, 0, vec![6])]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -218,13 +355,24 @@ async fn inline_missing_version_fails_the_transaction() {
     let store = memory_store("inline-missing").await;
     inline_history(&store).await;
     let table = TableRef::parse(INLINED).unwrap();
-    let head = StagedTransaction::new(store.clone()).premise().await.unwrap();
+    let head = StagedTransaction::new(store.clone())
+        .premise()
+        .await
+        .unwrap();
     // A selection naming one real version and one that does not exist.
     let ops = vec![
-        moraine::staged::StagedOp::Delete { table, row: inline_row(0, 1) },
-        moraine::staged::StagedOp::Delete { table, row: inline_row(42, 1) },
+        moraine::staged::StagedOp::Delete {
+            table,
+            row: inline_row(0, 1),
+        },
+        moraine::staged::StagedOp::Delete {
+            table,
+            row: inline_row(42, 1),
+        },
     ];
-    let err = moraine::staged::translate::commit(&store, head, &ops).await.unwrap_err();
+    let err = moraine::staged::translate::commit(&store, head, &ops)
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::NotFound(_)), "{err}");
     assert!(err.to_string().contains("inlined row 42"), "{err}");
     // Nothing landed: the real version is still there.
@@ -247,11 +395,23 @@ async fn reclaim_declarations_match_what_expiry_and_cleanup_remove() {
     for kind in Kind::ALL {
         let declared = kind.reclaim();
         if kind.def().begin_end().is_some() && matches!(declared, Reclaim::SnapshotExpiry) {
-            assert_eq!(raw_keys(&store, Subspace::History, Some(kind.tag())).await, 0, "{kind:?} kept history");
+            assert_eq!(
+                raw_keys(&store, Subspace::History, Some(kind.tag())).await,
+                0,
+                "{kind:?} kept history"
+            );
         }
         if declared == Reclaim::ScheduleCleanup {
-            assert_eq!(raw_keys(&store, Subspace::Current, Some(kind.tag())).await, 0, "{kind:?} kept rows");
+            assert_eq!(
+                raw_keys(&store, Subspace::Current, Some(kind.tag())).await,
+                0,
+                "{kind:?} kept rows"
+            );
         }
     }
-    assert_eq!(raw_keys(&store, Subspace::Snapshot, None).await, 1, "only the head snapshot survives");
+    assert_eq!(
+        raw_keys(&store, Subspace::Snapshot, None).await,
+        1,
+        "only the head snapshot survives"
+    );
 }

@@ -15,7 +15,11 @@ use std::time::Duration;
 async fn dropped_inline_data_is_reclaimed_on_the_local_filesystem() {
     let dir = tempfile::tempdir().unwrap();
     let mut settings = StoreSettings::default();
-    for (k, v) in [("gc_min_age_seconds", "1"), ("compaction_checkpoint_seconds", "1"), ("compactor_poll_ms", "100")] {
+    for (k, v) in [
+        ("gc_min_age_seconds", "1"),
+        ("compaction_checkpoint_seconds", "1"),
+        ("compactor_poll_ms", "100"),
+    ] {
         settings.apply_option(k, v).unwrap();
     }
     let uri = StoreUri::parse(dir.path().to_str().unwrap()).unwrap();
@@ -23,25 +27,54 @@ async fn dropped_inline_data_is_reclaimed_on_the_local_filesystem() {
     bootstrap(&store).await;
     let table = "ducklake_inlined_data_1_1";
     let mut columns = moraine::inline::data_columns(&[]);
-    columns.push(ColumnDesc { name: "payload".into(), type_name: "BLOB".into(), transfer: Transfer::Value });
+    columns.push(ColumnDesc {
+        name: "payload".into(),
+        type_name: "BLOB".into(),
+        transfer: Transfer::Value,
+    });
     for snapshot in 1..=60 {
         let mut tx = StagedTransaction::new(store.clone());
         if snapshot == 1 {
-            tx.create_table(table, columns.clone(), false).await.unwrap();
+            tx.create_table(table, columns.clone(), false)
+                .await
+                .unwrap();
         }
-        tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(snapshot, 1, 2, 0)]).await.unwrap();
-        let rows = (0..10).map(|i| vec![int(snapshot * 10 + i), int(snapshot), NULL, Cell::Blob(vec![7; 2000])]).collect();
-        tx.stage_insert(TableRef::parse(table).unwrap(), rows).await.unwrap();
-        tx.stage_insert(fixed(Kind::SnapshotChanges), vec![changes_row(snapshot, "inlined_insert:1")]).await.unwrap();
+        tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(snapshot, 1, 2, 0)])
+            .await
+            .unwrap();
+        let rows = (0..10)
+            .map(|i| {
+                vec![
+                    int(snapshot * 10 + i),
+                    int(snapshot),
+                    NULL,
+                    Cell::Blob(vec![7; 2000]),
+                ]
+            })
+            .collect();
+        tx.stage_insert(TableRef::parse(table).unwrap(), rows)
+            .await
+            .unwrap();
+        tx.stage_insert(
+            fixed(Kind::SnapshotChanges),
+            vec![changes_row(snapshot, "inlined_insert:1")],
+        )
+        .await
+        .unwrap();
         tx.commit().await.unwrap();
     }
     let mut tx = StagedTransaction::new(store.clone());
     tx.drop_table(table, false).await.unwrap();
     tx.commit().await.unwrap();
 
-    let report = reclaim::reclaim(&store, Duration::from_secs(60)).await.unwrap();
+    let report = reclaim::reclaim(&store, Duration::from_secs(60))
+        .await
+        .unwrap();
     let audit = audit::audit(&store).await.unwrap();
-    println!("physical by type after reclaim: {:?}", audit.physical.by_type);
+    println!(
+        "physical by type after reclaim: {:?}",
+        audit.physical.by_type
+    );
     println!(
         "physical bytes {} -> {} ({} objects deleted in {:?}); live logical bytes {}",
         report.bytes_before,
@@ -51,8 +84,18 @@ async fn dropped_inline_data_is_reclaimed_on_the_local_filesystem() {
         audit.live_bytes()
     );
     assert!(report.bytes_after * 2 < report.bytes_before, "{report:?}");
-    assert!(report.bytes_after <= 2 * audit.live_bytes() + audit::FIXED_OVERHEAD_BYTES, "{report:?} {audit:?}");
-    assert!(audit.findings.iter().all(|f| f.severity != audit::Severity::Reclaimable), "{:?}", audit.findings);
+    assert!(
+        report.bytes_after <= 2 * audit.live_bytes() + audit::FIXED_OVERHEAD_BYTES,
+        "{report:?} {audit:?}"
+    );
+    assert!(
+        audit
+            .findings
+            .iter()
+            .all(|f| f.severity != audit::Severity::Reclaimable),
+        "{:?}",
+        audit.findings
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,11 +104,30 @@ async fn audit_flags_unbounded_history_until_expiry_is_configured() {
     bootstrap(&store).await;
     create_table(&store, 1, 1, "t").await;
     let report = audit::audit(&store).await.unwrap();
-    assert!(report.findings.iter().any(|f| f.severity == audit::Severity::Unbounded), "{:?}", report.findings);
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.severity == audit::Severity::Unbounded),
+        "{:?}",
+        report.findings
+    );
     let mut tx = StagedTransaction::new(store.clone());
-    tx.stage_insert(fixed(Kind::Metadata), vec![vec![text("expire_older_than"), text("1 week"), NULL, NULL]]).await.unwrap();
+    tx.stage_insert(
+        fixed(Kind::Metadata),
+        vec![vec![text("expire_older_than"), text("1 week"), NULL, NULL]],
+    )
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
     let report = audit::audit(&store).await.unwrap();
     assert_eq!(report.expire_older_than.as_deref(), Some("1 week"));
-    assert!(report.findings.iter().all(|f| f.severity != audit::Severity::Unbounded), "{:?}", report.findings);
+    assert!(
+        report
+            .findings
+            .iter()
+            .all(|f| f.severity != audit::Severity::Unbounded),
+        "{:?}",
+        report.findings
+    );
 }

@@ -38,7 +38,10 @@ where
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let runner = c.clone();
     tokio::spawn(async move {
-        tokio::task::spawn_blocking(move || go_rx.recv()).await.unwrap().unwrap();
+        tokio::task::spawn_blocking(move || go_rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
         interloper(runner).await.unwrap();
         done_tx.send(()).unwrap();
     });
@@ -117,7 +120,9 @@ async fn verb_retry_after_an_expiry_of_its_successors_refreshes_and_lands() {
             let mut tx = StagedTransaction::new(c.store().clone());
             let (base, rows) = tx.scan(fixed(Kind::Snapshot)).await.unwrap();
             let at = rows.iter().position(|r| r[0] == int(first)).unwrap() as i64;
-            tx.stage_delete(fixed(Kind::Snapshot), &[base + at]).await.unwrap();
+            tx.stage_delete(fixed(Kind::Snapshot), &[base + at])
+                .await
+                .unwrap();
             tx.commit().await.unwrap();
         })
     })

@@ -29,7 +29,10 @@ pub enum Lifecycle {
     Unversioned,
     /// Rows that ride inside their parent's record and die with it. `link`
     /// pairs (child column, parent column) that must be equal.
-    Embedded { parent: Kind, link: &'static [(usize, usize)] },
+    Embedded {
+        parent: Kind,
+        link: &'static [(usize, usize)],
+    },
     /// `ducklake_snapshot`: one record per snapshot in its own subspace.
     Snapshot,
     /// `ducklake_snapshot_changes`: merged into the snapshot record.
@@ -113,7 +116,12 @@ pub static TABLES: [TableDef; 28] = [
     TableDef {
         kind: Kind::Metadata,
         name: "ducklake_metadata",
-        columns: &[col("key", Varchar), col("value", Varchar), col("scope", Varchar), col("scope_id", BigInt)],
+        columns: &[
+            col("key", Varchar),
+            col("value", Varchar),
+            col("scope", Varchar),
+            col("scope_id", BigInt),
+        ],
         key: &[2, 3, 0],
         lifecycle: Lifecycle::Unversioned,
         primary_key: None,
@@ -404,7 +412,10 @@ pub static TABLES: [TableDef; 28] = [
             col("transform", Varchar),
         ],
         key: &[1, 0, 2],
-        lifecycle: Lifecycle::Embedded { parent: Kind::PartitionInfo, link: &[(0, 0), (1, 1)] },
+        lifecycle: Lifecycle::Embedded {
+            parent: Kind::PartitionInfo,
+            link: &[(0, 0), (1, 1)],
+        },
         primary_key: None,
         not_null: &[],
     },
@@ -418,7 +429,10 @@ pub static TABLES: [TableDef; 28] = [
             col("partition_value", Varchar),
         ],
         key: &[1, 0, 2],
-        lifecycle: Lifecycle::Embedded { parent: Kind::DataFile, link: &[(0, 0), (1, 1)] },
+        lifecycle: Lifecycle::Embedded {
+            parent: Kind::DataFile,
+            link: &[(0, 0), (1, 1)],
+        },
         primary_key: None,
         not_null: &[],
     },
@@ -439,7 +453,11 @@ pub static TABLES: [TableDef; 28] = [
     TableDef {
         kind: Kind::InlinedDataTables,
         name: "ducklake_inlined_data_tables",
-        columns: &[col("table_id", BigInt), col("table_name", Varchar), col("schema_version", BigInt)],
+        columns: &[
+            col("table_id", BigInt),
+            col("table_name", Varchar),
+            col("schema_version", BigInt),
+        ],
         key: &[0, 2],
         lifecycle: Lifecycle::Unversioned,
         primary_key: None,
@@ -448,7 +466,11 @@ pub static TABLES: [TableDef; 28] = [
     TableDef {
         kind: Kind::ColumnMapping,
         name: "ducklake_column_mapping",
-        columns: &[col("mapping_id", BigInt), col("table_id", BigInt), col("type", Varchar)],
+        columns: &[
+            col("mapping_id", BigInt),
+            col("table_id", BigInt),
+            col("type", Varchar),
+        ],
         key: &[1, 0],
         lifecycle: Lifecycle::Unversioned,
         primary_key: None,
@@ -466,14 +488,21 @@ pub static TABLES: [TableDef; 28] = [
             col("is_partition", Boolean),
         ],
         key: &[0, 1],
-        lifecycle: Lifecycle::Embedded { parent: Kind::ColumnMapping, link: &[(0, 0)] },
+        lifecycle: Lifecycle::Embedded {
+            parent: Kind::ColumnMapping,
+            link: &[(0, 0)],
+        },
         primary_key: None,
         not_null: &[],
     },
     TableDef {
         kind: Kind::SchemaVersions,
         name: "ducklake_schema_versions",
-        columns: &[col("begin_snapshot", BigInt), col("schema_version", BigInt), col("table_id", BigInt)],
+        columns: &[
+            col("begin_snapshot", BigInt),
+            col("schema_version", BigInt),
+            col("table_id", BigInt),
+        ],
         key: &[2, 0, 1],
         lifecycle: Lifecycle::Unversioned,
         primary_key: None,
@@ -505,7 +534,10 @@ pub static TABLES: [TableDef; 28] = [
             col("type", Varchar),
         ],
         key: &[0, 1],
-        lifecycle: Lifecycle::Embedded { parent: Kind::Macro, link: &[(0, 1)] },
+        lifecycle: Lifecycle::Embedded {
+            parent: Kind::Macro,
+            link: &[(0, 1)],
+        },
         primary_key: None,
         not_null: &[],
     },
@@ -522,7 +554,10 @@ pub static TABLES: [TableDef; 28] = [
             col("default_value_type", Varchar),
         ],
         key: &[0, 1, 2],
-        lifecycle: Lifecycle::Embedded { parent: Kind::Macro, link: &[(0, 1)] },
+        lifecycle: Lifecycle::Embedded {
+            parent: Kind::Macro,
+            link: &[(0, 1)],
+        },
         primary_key: None,
         not_null: &[],
     },
@@ -553,7 +588,10 @@ pub static TABLES: [TableDef; 28] = [
             col("null_order", Varchar),
         ],
         key: &[1, 0, 2],
-        lifecycle: Lifecycle::Embedded { parent: Kind::SortInfo, link: &[(0, 0), (1, 1)] },
+        lifecycle: Lifecycle::Embedded {
+            parent: Kind::SortInfo,
+            link: &[(0, 0), (1, 1)],
+        },
         primary_key: None,
         not_null: &[],
     },
@@ -597,7 +635,10 @@ impl Kind {
     }
 
     pub fn by_name(name: &str) -> Option<Kind> {
-        TABLES.iter().find(|t| t.name.eq_ignore_ascii_case(name)).map(|t| t.kind)
+        TABLES
+            .iter()
+            .find(|t| t.name.eq_ignore_ascii_case(name))
+            .map(|t| t.kind)
     }
 
     /// The stable byte that tags this kind in keys and values. Never reorder.
@@ -638,7 +679,9 @@ impl Kind {
 
 impl TableDef {
     pub fn column_index(&self, name: &str) -> Option<usize> {
-        self.columns.iter().position(|c| c.name.eq_ignore_ascii_case(name))
+        self.columns
+            .iter()
+            .position(|c| c.name.eq_ignore_ascii_case(name))
     }
 
     pub fn begin_end(&self) -> Option<(usize, usize)> {
@@ -695,7 +738,12 @@ mod tests {
             }
             if let Lifecycle::Embedded { parent, link } = def.lifecycle {
                 for &(c, p) in link {
-                    assert_eq!(def.columns[c].name, parent.def().columns[p].name, "{}", def.name);
+                    assert_eq!(
+                        def.columns[c].name,
+                        parent.def().columns[p].name,
+                        "{}",
+                        def.name
+                    );
                 }
             }
         }
@@ -710,9 +758,14 @@ mod doc_tests {
     /// documented there too.
     #[test]
     fn keyspace_doc_lists_every_table() {
-        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/keyspace.md")).unwrap();
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/keyspace.md"))
+            .unwrap();
         for def in &TABLES {
-            assert!(doc.contains(&format!("`{}`", def.name)), "docs/keyspace.md does not list {}", def.name);
+            assert!(
+                doc.contains(&format!("`{}`", def.name)),
+                "docs/keyspace.md does not list {}",
+                def.name
+            );
         }
     }
 }

@@ -21,9 +21,14 @@ pub use types::{Cell, ColumnType, Row};
 pub enum TableRef {
     Fixed(Kind),
     /// `ducklake_inlined_data_<table_id>_<schema_version>`
-    InlineData { table_id: i64, schema_version: i64 },
+    InlineData {
+        table_id: i64,
+        schema_version: i64,
+    },
     /// `ducklake_inlined_delete_<table_id>`
-    InlineDelete { table_id: i64 },
+    InlineDelete {
+        table_id: i64,
+    },
 }
 
 impl TableRef {
@@ -32,7 +37,10 @@ impl TableRef {
         if let Some(rest) = lower.strip_prefix("ducklake_inlined_data_") {
             if let Some((t, v)) = rest.split_once('_') {
                 if let (Ok(table_id), Ok(schema_version)) = (t.parse(), v.parse()) {
-                    return Some(TableRef::InlineData { table_id, schema_version });
+                    return Some(TableRef::InlineData {
+                        table_id,
+                        schema_version,
+                    });
                 }
             }
         }
@@ -47,7 +55,10 @@ impl TableRef {
     pub fn name(&self) -> String {
         match self {
             TableRef::Fixed(kind) => kind.def().name.to_string(),
-            TableRef::InlineData { table_id, schema_version } => {
+            TableRef::InlineData {
+                table_id,
+                schema_version,
+            } => {
                 format!("ducklake_inlined_data_{table_id}_{schema_version}")
             }
             TableRef::InlineDelete { table_id } => format!("ducklake_inlined_delete_{table_id}"),
@@ -85,20 +96,34 @@ impl ColumnDesc {
             ColumnType::Uuid => Transfer::Uuid,
             ColumnType::TimestampTz => Transfer::TimestampTz,
         };
-        ColumnDesc { name: name.to_string(), type_name: ty.sql_name().to_string(), transfer }
+        ColumnDesc {
+            name: name.to_string(),
+            type_name: ty.sql_name().to_string(),
+            transfer,
+        }
     }
 }
 
 pub fn fixed_columns(kind: Kind) -> Vec<ColumnDesc> {
-    kind.def().columns.iter().map(|c| ColumnDesc::catalog(c.name, c.ty)).collect()
+    kind.def()
+        .columns
+        .iter()
+        .map(|c| ColumnDesc::catalog(c.name, c.ty))
+        .collect()
 }
 
 /// Where a row of a fixed kind is stored.
 pub fn location(kind: Kind, row: &[Cell]) -> Result<Vec<u8>> {
     let def = kind.def();
-    let ident: Vec<Cell> = def.key.iter().map(|&i| row.get(i).cloned().unwrap_or(Cell::Null)).collect();
+    let ident: Vec<Cell> = def
+        .key
+        .iter()
+        .map(|&i| row.get(i).cloned().unwrap_or(Cell::Null))
+        .collect();
     Ok(match def.lifecycle {
-        Lifecycle::Snapshot | Lifecycle::SnapshotChanges => keys::key(Subspace::Snapshot, None, &ident),
+        Lifecycle::Snapshot | Lifecycle::SnapshotChanges => {
+            keys::key(Subspace::Snapshot, None, &ident)
+        }
         Lifecycle::Versioned { begin, end } => match row.get(end) {
             None | Some(Cell::Null) => keys::key(Subspace::Current, Some(kind.tag()), &ident),
             Some(end_cell) => {
@@ -108,10 +133,15 @@ pub fn location(kind: Kind, row: &[Cell]) -> Result<Vec<u8>> {
                 keys::key(Subspace::History, Some(kind.tag()), &cells)
             }
         },
-        Lifecycle::Unversioned if kind == Kind::SchemaVersions => keys::key(Subspace::SchemaVersion, None, &ident),
+        Lifecycle::Unversioned if kind == Kind::SchemaVersions => {
+            keys::key(Subspace::SchemaVersion, None, &ident)
+        }
         Lifecycle::Unversioned => keys::key(Subspace::Current, Some(kind.tag()), &ident),
         Lifecycle::Embedded { .. } => {
-            return Err(Error::Internal(format!("{} rows have no location of their own", def.name)))
+            return Err(Error::Internal(format!(
+                "{} rows have no location of their own",
+                def.name
+            )))
         }
     })
 }
@@ -121,12 +151,16 @@ pub fn location(kind: Kind, row: &[Cell]) -> Result<Vec<u8>> {
 pub fn record_prefixes(kind: Kind) -> Vec<Vec<u8>> {
     let def = kind.def();
     match def.lifecycle {
-        Lifecycle::Snapshot | Lifecycle::SnapshotChanges => vec![keys::prefix(Subspace::Snapshot, None)],
+        Lifecycle::Snapshot | Lifecycle::SnapshotChanges => {
+            vec![keys::prefix(Subspace::Snapshot, None)]
+        }
         Lifecycle::Versioned { .. } => vec![
             keys::prefix(Subspace::Current, Some(kind.tag())),
             keys::prefix(Subspace::History, Some(kind.tag())),
         ],
-        Lifecycle::Unversioned if kind == Kind::SchemaVersions => vec![keys::prefix(Subspace::SchemaVersion, None)],
+        Lifecycle::Unversioned if kind == Kind::SchemaVersions => {
+            vec![keys::prefix(Subspace::SchemaVersion, None)]
+        }
         Lifecycle::Unversioned => vec![keys::prefix(Subspace::Current, Some(kind.tag()))],
         Lifecycle::Embedded { parent, .. } => record_prefixes(parent),
     }
@@ -144,7 +178,9 @@ pub fn record_tag(kind: Kind) -> u8 {
 /// The rows a record contributes to a kind's table.
 pub fn rows_of_record(kind: Kind, record: &Record) -> Vec<Row> {
     match kind.def().lifecycle {
-        Lifecycle::Embedded { .. } | Lifecycle::SnapshotChanges => record.children_of(kind.tag()).to_vec(),
+        Lifecycle::Embedded { .. } | Lifecycle::SnapshotChanges => {
+            record.children_of(kind.tag()).to_vec()
+        }
         _ => vec![record.row.clone()],
     }
 }
@@ -163,13 +199,22 @@ pub const FORMAT_VERSION: i64 = 1;
 
 impl Head {
     pub fn encode(&self) -> Vec<u8> {
-        crate::store::value::encode_record(HEAD_TAG, &Record::new(vec![Cell::Int(self.snapshot_id), Cell::Int(self.batch_count)]))
+        crate::store::value::encode_record(
+            HEAD_TAG,
+            &Record::new(vec![
+                Cell::Int(self.snapshot_id),
+                Cell::Int(self.batch_count),
+            ]),
+        )
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Head> {
         let record = decode_record(HEAD_TAG, bytes)?;
         match record.row.as_slice() {
-            [Cell::Int(snapshot_id), Cell::Int(batch_count)] => Ok(Head { snapshot_id: *snapshot_id, batch_count: *batch_count }),
+            [Cell::Int(snapshot_id), Cell::Int(batch_count)] => Ok(Head {
+                snapshot_id: *snapshot_id,
+                batch_count: *batch_count,
+            }),
             _ => Err(Error::corruption("sys/head has an unexpected shape")),
         }
     }
@@ -178,7 +223,10 @@ impl Head {
 pub fn encode_format() -> Vec<u8> {
     crate::store::value::encode_record(
         FORMAT_TAG,
-        &Record::new(vec![Cell::Int(FORMAT_VERSION), Cell::Text(crate::VERSION.to_string())]),
+        &Record::new(vec![
+            Cell::Int(FORMAT_VERSION),
+            Cell::Text(crate::VERSION.to_string()),
+        ]),
     )
 }
 
@@ -226,7 +274,10 @@ pub fn visible_at(kind: Kind, rows: Vec<Row>, at: i64) -> Vec<Row> {
                 b <= at && e.is_none_or(|e| at < e)
             })
             .collect(),
-        Lifecycle::Snapshot => rows.into_iter().filter(|r| r[0].as_int().is_some_and(|s| s <= at)).collect(),
+        Lifecycle::Snapshot => rows
+            .into_iter()
+            .filter(|r| r[0].as_int().is_some_and(|s| s <= at))
+            .collect(),
         _ => rows,
     }
 }
@@ -244,10 +295,16 @@ pub fn check_row(kind: Kind, row: &[Cell]) -> Result<()> {
     }
     for (i, (cell, col)) in row.iter().zip(def.columns).enumerate() {
         if !col.ty.accepts(cell) {
-            return Err(Error::InvalidArgument(format!("{}.{} cannot hold {cell:?}", def.name, col.name)));
+            return Err(Error::InvalidArgument(format!(
+                "{}.{} cannot hold {cell:?}",
+                def.name, col.name
+            )));
         }
         if cell.is_null() && def.not_null.contains(&i) {
-            return Err(Error::Constraint(format!("{}.{} must not be NULL", def.name, col.name)));
+            return Err(Error::Constraint(format!(
+                "{}.{} must not be NULL",
+                def.name, col.name
+            )));
         }
     }
     Ok(())
@@ -261,13 +318,19 @@ pub struct Dump {
     pub tables: std::collections::BTreeMap<Kind, Vec<Row>>,
 }
 
-async fn rows_under(store: &Store, view: &ReadView, kind: Kind, prefixes: &[Vec<u8>]) -> Result<Vec<Row>> {
+async fn rows_under(
+    store: &Store,
+    view: &ReadView,
+    kind: Kind,
+    prefixes: &[Vec<u8>],
+) -> Result<Vec<Row>> {
     let tag = record_tag(kind);
     let mut rows = Vec::new();
     for prefix in prefixes {
         for (key, value) in store.scan_prefix(view, prefix).await? {
-            let record = decode_record(tag, &value)
-                .map_err(|e| Error::corruption(format!("{} record {key:02x?}: {e}", kind.def().name)))?;
+            let record = decode_record(tag, &value).map_err(|e| {
+                Error::corruption(format!("{} record {key:02x?}: {e}", kind.def().name))
+            })?;
             rows.extend(rows_of_record(kind, &record));
         }
     }
@@ -278,44 +341,68 @@ async fn rows_under(store: &Store, view: &ReadView, kind: Kind, prefixes: &[Vec<
 /// only, so its cost follows the live catalog, not the length of history.
 pub async fn dump_head(store: &Store) -> Result<Dump> {
     let view = store.snapshot()?;
-    let head = read_head(store, &view).await?.ok_or_else(|| Error::NotFound("the catalog is not initialised".into()))?;
+    let head = read_head(store, &view)
+        .await?
+        .ok_or_else(|| Error::NotFound("the catalog is not initialised".into()))?;
     let head_key = keys::key(Subspace::Snapshot, None, &[Cell::Int(head.snapshot_id)]);
     let head_record = match store.get(&view, &head_key).await? {
         Some(bytes) => decode_record(Kind::Snapshot.tag(), &bytes)?,
-        None => return Err(Error::corruption(format!("head snapshot {} has no record", head.snapshot_id))),
+        None => {
+            return Err(Error::corruption(format!(
+                "head snapshot {} has no record",
+                head.snapshot_id
+            )))
+        }
     };
     let mut tables = std::collections::BTreeMap::new();
     for kind in Kind::ALL {
         let rows = match kind.def().lifecycle {
             Lifecycle::Snapshot | Lifecycle::SnapshotChanges => rows_of_record(kind, &head_record),
             _ => {
-                let current: Vec<Vec<u8>> =
-                    record_prefixes(kind).into_iter().filter(|p| p[0] != Subspace::History as u8).collect();
+                let current: Vec<Vec<u8>> = record_prefixes(kind)
+                    .into_iter()
+                    .filter(|p| p[0] != Subspace::History as u8)
+                    .collect();
                 rows_under(store, &view, kind, &current).await?
             }
         };
         tables.insert(kind, rows);
     }
-    Ok(Dump { head, snapshot_id: head.snapshot_id, tables })
+    Ok(Dump {
+        head,
+        snapshot_id: head.snapshot_id,
+        tables,
+    })
 }
 
 /// The catalog at a retained snapshot: current rows with `begin <= at` and
 /// history rows with `begin <= at < end`.
 pub async fn dump_at(store: &Store, at: i64) -> Result<Dump> {
     let view = store.snapshot()?;
-    let head = read_head(store, &view).await?.ok_or_else(|| Error::NotFound("the catalog is not initialised".into()))?;
+    let head = read_head(store, &view)
+        .await?
+        .ok_or_else(|| Error::NotFound("the catalog is not initialised".into()))?;
     let key = keys::key(Subspace::Snapshot, None, &[Cell::Int(at)]);
     if store.get(&view, &key).await?.is_none() {
-        return Err(Error::NotFound(format!("snapshot {at} does not exist or has been expired")));
+        return Err(Error::NotFound(format!(
+            "snapshot {at} does not exist or has been expired"
+        )));
     }
     let mut tables = std::collections::BTreeMap::new();
     for kind in Kind::ALL {
         let rows = rows_under(store, &view, kind, &record_prefixes(kind)).await?;
         let rows = match kind.def().lifecycle {
-            Lifecycle::SnapshotChanges => rows.into_iter().filter(|r| r[0].as_int().is_some_and(|s| s <= at)).collect(),
+            Lifecycle::SnapshotChanges => rows
+                .into_iter()
+                .filter(|r| r[0].as_int().is_some_and(|s| s <= at))
+                .collect(),
             _ => visible_at(kind, rows, at),
         };
         tables.insert(kind, rows);
     }
-    Ok(Dump { head, snapshot_id: at, tables })
+    Ok(Dump {
+        head,
+        snapshot_id: at,
+        tables,
+    })
 }

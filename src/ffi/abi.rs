@@ -1,4 +1,9 @@
 //! The exported `moraine_*` functions.
+//!
+//! Their only caller is the C++ shim, which passes valid pointers as the
+//! header documents; every dereference sits in an `unsafe` block with its
+//! justification, and null checks guard the out-pointers.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use super::bridge::block_on;
 use crate::catalog::{Cell, Row, TableRef};
@@ -75,7 +80,9 @@ fn text<'a>(ptr: *const c_char, what: &str) -> Result<&'a str> {
         return Err(Error::Internal(format!("{what} is null")));
     }
     // SAFETY: the shim passes NUL-terminated strings that outlive the call.
-    unsafe { CStr::from_ptr(ptr) }.to_str().map_err(|_| Error::InvalidArgument(format!("{what} is not UTF-8")))
+    unsafe { CStr::from_ptr(ptr) }
+        .to_str()
+        .map_err(|_| Error::InvalidArgument(format!("{what} is not UTF-8")))
 }
 
 fn handle<'a, T>(ptr: *mut T, what: &str) -> Result<&'a T> {
@@ -100,11 +107,14 @@ fn free<T>(ptr: *mut T) {
 }
 
 fn lock(txn: &MoraineTxn) -> Result<std::sync::MutexGuard<'_, StagedTransaction>> {
-    txn.staged.lock().map_err(|_| Error::Internal("transaction state poisoned by an earlier panic".into()))
+    txn.staged
+        .lock()
+        .map_err(|_| Error::Internal("transaction state poisoned by an earlier panic".into()))
 }
 
 fn table_ref(name: &str) -> Result<TableRef> {
-    TableRef::parse(name).ok_or_else(|| Error::NotFound(format!("table {name} is not a DuckLake metadata table")))
+    TableRef::parse(name)
+        .ok_or_else(|| Error::NotFound(format!("table {name} is not a DuckLake metadata table")))
 }
 
 fn cells(ptr: *const MoraineCell, count: usize) -> Result<Vec<Cell>> {
@@ -131,7 +141,8 @@ fn cells(ptr: *const MoraineCell, count: usize) -> Result<Vec<Cell>> {
                 CELL_INT => Cell::Int(c.int_value),
                 CELL_BOOL => Cell::Bool(c.int_value != 0),
                 CELL_TEXT => Cell::Text(
-                    String::from_utf8(bytes().to_vec()).map_err(|_| Error::InvalidArgument("text is not UTF-8".into()))?,
+                    String::from_utf8(bytes().to_vec())
+                        .map_err(|_| Error::InvalidArgument("text is not UTF-8".into()))?,
                 ),
                 CELL_BLOB => Cell::Blob(bytes().to_vec()),
                 k => return Err(Error::Internal(format!("unknown cell kind {k}"))),
@@ -168,14 +179,22 @@ pub extern "C" fn moraine_open(
 ) -> i32 {
     guarded(err, || {
         let uri = StoreUri::parse(text(uri, "store URI")?)?;
-        let mut settings = StoreSettings { read_only, ..StoreSettings::default() };
+        let mut settings = StoreSettings {
+            read_only,
+            ..StoreSettings::default()
+        };
         for i in 0..option_count {
             // SAFETY: the shim passes `option_count` names and values.
             let (name, value) = unsafe { (*option_names.add(i), *option_values.add(i)) };
             settings.apply_option(text(name, "option name")?, text(value, "option value")?)?;
         }
         let store = block_on(Store::open(&uri, &settings))??;
-        out(db_out, MoraineDb { store: Arc::new(store) })
+        out(
+            db_out,
+            MoraineDb {
+                store: Arc::new(store),
+            },
+        )
     })
 }
 
@@ -193,14 +212,25 @@ pub extern "C" fn moraine_close(db: *mut MoraineDb) {
 
 #[no_mangle]
 pub extern "C" fn moraine_db_is_read_only(db: *mut MoraineDb) -> bool {
-    handle(db, "database").map(|db| db.store.is_read_only()).unwrap_or(true)
+    handle(db, "database")
+        .map(|db| db.store.is_read_only())
+        .unwrap_or(true)
 }
 
 #[no_mangle]
-pub extern "C" fn moraine_txn_begin(db: *mut MoraineDb, txn_out: *mut *mut MoraineTxn, err: *mut *mut c_char) -> i32 {
+pub extern "C" fn moraine_txn_begin(
+    db: *mut MoraineDb,
+    txn_out: *mut *mut MoraineTxn,
+    err: *mut *mut c_char,
+) -> i32 {
     guarded(err, || {
         let db = handle(db, "database")?;
-        out(txn_out, MoraineTxn { staged: Mutex::new(StagedTransaction::new(db.store.clone())) })
+        out(
+            txn_out,
+            MoraineTxn {
+                staged: Mutex::new(StagedTransaction::new(db.store.clone())),
+            },
+        )
     })
 }
 
@@ -222,11 +252,16 @@ pub extern "C" fn moraine_txn_free(txn: *mut MoraineTxn) {
 
 #[no_mangle]
 pub extern "C" fn moraine_txn_has_writes(txn: *mut MoraineTxn) -> bool {
-    handle(txn, "transaction").ok().and_then(|t| lock(t).ok().map(|s| !s.ops().is_empty())).unwrap_or(false)
+    handle(txn, "transaction")
+        .ok()
+        .and_then(|t| lock(t).ok().map(|s| !s.ops().is_empty()))
+        .unwrap_or(false)
 }
 
 fn describe(info: TableInfo) -> Result<MoraineTableDesc> {
-    let c = |s: &str| CString::new(s).map_err(|_| Error::InvalidArgument(format!("name {s:?} contains NUL")));
+    let c = |s: &str| {
+        CString::new(s).map_err(|_| Error::InvalidArgument(format!("name {s:?} contains NUL")))
+    };
     Ok(MoraineTableDesc {
         name: c(&info.table.name())?,
         columns: info
@@ -264,7 +299,9 @@ pub extern "C" fn moraine_txn_lookup(
 
 #[no_mangle]
 pub extern "C" fn moraine_table_desc_name(desc: *mut MoraineTableDesc) -> *const c_char {
-    handle(desc, "table").map(|d| d.name.as_ptr()).unwrap_or(std::ptr::null())
+    handle(desc, "table")
+        .map(|d| d.name.as_ptr())
+        .unwrap_or(std::ptr::null())
 }
 
 #[no_mangle]
@@ -281,8 +318,12 @@ pub extern "C" fn moraine_table_desc_column(
     type_out: *mut *const c_char,
     transfer_out: *mut u8,
 ) -> bool {
-    let Ok(desc) = handle(desc, "table") else { return false };
-    let Some((name, ty, transfer)) = desc.columns.get(i) else { return false };
+    let Ok(desc) = handle(desc, "table") else {
+        return false;
+    };
+    let Some((name, ty, transfer)) = desc.columns.get(i) else {
+        return false;
+    };
     if name_out.is_null() || type_out.is_null() || transfer_out.is_null() {
         return false;
     }
@@ -301,11 +342,18 @@ pub extern "C" fn moraine_table_desc_free(desc: *mut MoraineTableDesc) {
 }
 
 #[no_mangle]
-pub extern "C" fn moraine_txn_list_tables(txn: *mut MoraineTxn, list_out: *mut *mut MoraineStrings, err: *mut *mut c_char) -> i32 {
+pub extern "C" fn moraine_txn_list_tables(
+    txn: *mut MoraineTxn,
+    list_out: *mut *mut MoraineStrings,
+    err: *mut *mut c_char,
+) -> i32 {
     guarded(err, || {
         let txn = handle(txn, "transaction")?;
         let names = block_on(lock(txn)?.list_tables())??;
-        let items = names.into_iter().filter_map(|n| CString::new(n).ok()).collect();
+        let items = names
+            .into_iter()
+            .filter_map(|n| CString::new(n).ok())
+            .collect();
         out(list_out, MoraineStrings { items })
     })
 }
@@ -317,7 +365,11 @@ pub extern "C" fn moraine_strings_len(list: *mut MoraineStrings) -> usize {
 
 #[no_mangle]
 pub extern "C" fn moraine_strings_get(list: *mut MoraineStrings, i: usize) -> *const c_char {
-    handle(list, "list").ok().and_then(|l| l.items.get(i)).map(|s| s.as_ptr()).unwrap_or(std::ptr::null())
+    handle(list, "list")
+        .ok()
+        .and_then(|l| l.items.get(i))
+        .map(|s| s.as_ptr())
+        .unwrap_or(std::ptr::null())
 }
 
 #[no_mangle]
@@ -361,7 +413,12 @@ pub extern "C" fn moraine_txn_create_table(
 }
 
 #[no_mangle]
-pub extern "C" fn moraine_txn_drop_table(txn: *mut MoraineTxn, name: *const c_char, if_exists: bool, err: *mut *mut c_char) -> i32 {
+pub extern "C" fn moraine_txn_drop_table(
+    txn: *mut MoraineTxn,
+    name: *const c_char,
+    if_exists: bool,
+    err: *mut *mut c_char,
+) -> i32 {
     guarded(err, || {
         let txn = handle(txn, "transaction")?;
         let name = text(name, "table name")?;
@@ -371,7 +428,12 @@ pub extern "C" fn moraine_txn_drop_table(txn: *mut MoraineTxn, name: *const c_ch
 
 /// Materializes a table for one scan; rowids are `base + row index`.
 #[no_mangle]
-pub extern "C" fn moraine_txn_scan(txn: *mut MoraineTxn, name: *const c_char, scan_out: *mut *mut MoraineScan, err: *mut *mut c_char) -> i32 {
+pub extern "C" fn moraine_txn_scan(
+    txn: *mut MoraineTxn,
+    name: *const c_char,
+    scan_out: *mut *mut MoraineScan,
+    err: *mut *mut c_char,
+) -> i32 {
     guarded(err, || {
         let txn = handle(txn, "transaction")?;
         let table = table_ref(text(name, "table name")?)?;
@@ -401,8 +463,12 @@ pub extern "C" fn moraine_scan_cell(
     ptr_out: *mut *const c_char,
     len_out: *mut usize,
 ) -> u8 {
-    let Ok(scan) = handle(scan, "scan") else { return CELL_NULL };
-    let Some(cell) = scan.rows.get(row).and_then(|r| r.get(column)) else { return CELL_NULL };
+    let Ok(scan) = handle(scan, "scan") else {
+        return CELL_NULL;
+    };
+    let Some(cell) = scan.rows.get(row).and_then(|r| r.get(column)) else {
+        return CELL_NULL;
+    };
     if int_out.is_null() || ptr_out.is_null() || len_out.is_null() {
         return CELL_NULL;
     }
@@ -451,13 +517,22 @@ pub extern "C" fn moraine_txn_insert(
         let txn = handle(txn, "transaction")?;
         let table = table_ref(text(name, "table name")?)?;
         let flat = cells(row_cells, row_count * column_count)?;
-        let rows: Vec<Row> = flat.chunks(column_count.max(1)).map(<[Cell]>::to_vec).collect();
+        let rows: Vec<Row> = flat
+            .chunks(column_count.max(1))
+            .map(<[Cell]>::to_vec)
+            .collect();
         block_on(lock(txn)?.stage_insert(table, rows))?
     })
 }
 
 #[no_mangle]
-pub extern "C" fn moraine_txn_delete(txn: *mut MoraineTxn, name: *const c_char, count: usize, rowids: *const i64, err: *mut *mut c_char) -> i32 {
+pub extern "C" fn moraine_txn_delete(
+    txn: *mut MoraineTxn,
+    name: *const c_char,
+    count: usize,
+    rowids: *const i64,
+    err: *mut *mut c_char,
+) -> i32 {
     guarded(err, || {
         let txn = handle(txn, "transaction")?;
         let table = table_ref(text(name, "table name")?)?;
@@ -484,8 +559,15 @@ pub extern "C" fn moraine_txn_update(
         let ids = slice(rowids, count)?;
         let cols = slice(columns, column_count)?;
         let flat = cells(row_cells, count * column_count)?;
-        let values: Vec<Row> = flat.chunks(column_count.max(1)).map(<[Cell]>::to_vec).collect();
-        let values = if column_count == 0 { vec![Vec::new(); count] } else { values };
+        let values: Vec<Row> = flat
+            .chunks(column_count.max(1))
+            .map(<[Cell]>::to_vec)
+            .collect();
+        let values = if column_count == 0 {
+            vec![Vec::new(); count]
+        } else {
+            values
+        };
         block_on(lock(txn)?.stage_update(table, ids, cols, values))?
     })
 }
@@ -528,7 +610,12 @@ pub struct MoraineReclaimReport {
 /// Flushes, fully compacts and garbage-collects the store, waiting at most
 /// `deadline_ms`.
 #[no_mangle]
-pub extern "C" fn moraine_db_reclaim(db: *mut MoraineDb, deadline_ms: u64, report_out: *mut MoraineReclaimReport, err: *mut *mut c_char) -> i32 {
+pub extern "C" fn moraine_db_reclaim(
+    db: *mut MoraineDb,
+    deadline_ms: u64,
+    report_out: *mut MoraineReclaimReport,
+    err: *mut *mut c_char,
+) -> i32 {
     guarded(err, || {
         let db = handle(db, "database")?;
         if report_out.is_null() {
@@ -551,7 +638,11 @@ pub extern "C" fn moraine_db_reclaim(db: *mut MoraineDb, deadline_ms: u64, repor
 
 /// The retention audit as rows of four strings: section, item, value, detail.
 #[no_mangle]
-pub extern "C" fn moraine_db_audit(db: *mut MoraineDb, rows_out: *mut *mut MoraineStrings, err: *mut *mut c_char) -> i32 {
+pub extern "C" fn moraine_db_audit(
+    db: *mut MoraineDb,
+    rows_out: *mut *mut MoraineStrings,
+    err: *mut *mut c_char,
+) -> i32 {
     guarded(err, || {
         let db = handle(db, "database")?;
         let audit = block_on(crate::reclaim::audit::audit(&db.store))??;

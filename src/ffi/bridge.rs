@@ -25,7 +25,9 @@ fn runtime() -> Result<&'static Runtime> {
 
 pub fn block_on<F: Future>(future: F) -> Result<F::Output> {
     if tokio::runtime::Handle::try_current().is_ok() {
-        return Err(Error::Internal("moraine was called from inside its own runtime".into()));
+        return Err(Error::Internal(
+            "moraine was called from inside its own runtime".into(),
+        ));
     }
     Ok(runtime()?.block_on(future))
 }

@@ -18,13 +18,17 @@ mod tests {
     #[test]
     fn header_declares_exactly_the_exported_functions() {
         let root = env!("CARGO_MANIFEST_DIR");
-        let header = std::fs::read_to_string(format!("{root}/extension/include/moraine.h")).unwrap();
+        let header =
+            std::fs::read_to_string(format!("{root}/extension/include/moraine.h")).unwrap();
         let abi = std::fs::read_to_string(format!("{root}/src/ffi/abi.rs")).unwrap();
         let names = |text: &str, marker: &str| -> std::collections::BTreeSet<String> {
             text.split(marker)
                 .skip(1)
                 .filter_map(|rest| {
-                    let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
                     name.starts_with("moraine_").then_some(name)
                 })
                 .collect()

@@ -31,30 +31,52 @@ pub const DELETED_ROW: u8 = 5;
 pub const SYSTEM_COLUMNS: usize = 3;
 
 pub fn schema_key(table_id: i64, schema_version: i64) -> Vec<u8> {
-    keys::key(Subspace::Inline, Some(SCHEMA), &[Cell::Int(table_id), Cell::Int(schema_version)])
+    keys::key(
+        Subspace::Inline,
+        Some(SCHEMA),
+        &[Cell::Int(table_id), Cell::Int(schema_version)],
+    )
 }
 
 pub fn chunk_prefix(table_id: i64, schema_version: i64) -> Vec<u8> {
-    keys::key(Subspace::Inline, Some(CHUNK), &[Cell::Int(table_id), Cell::Int(schema_version)])
+    keys::key(
+        Subspace::Inline,
+        Some(CHUNK),
+        &[Cell::Int(table_id), Cell::Int(schema_version)],
+    )
 }
 
 pub fn chunk_key(table_id: i64, schema_version: i64, begin: i64, seq: i64) -> Vec<u8> {
     keys::key(
         Subspace::Inline,
         Some(CHUNK),
-        &[Cell::Int(table_id), Cell::Int(schema_version), Cell::Int(begin), Cell::Int(seq)],
+        &[
+            Cell::Int(table_id),
+            Cell::Int(schema_version),
+            Cell::Int(begin),
+            Cell::Int(seq),
+        ],
     )
 }
 
 pub fn ended_prefix(table_id: i64, schema_version: i64) -> Vec<u8> {
-    keys::key(Subspace::Inline, Some(ENDED), &[Cell::Int(table_id), Cell::Int(schema_version)])
+    keys::key(
+        Subspace::Inline,
+        Some(ENDED),
+        &[Cell::Int(table_id), Cell::Int(schema_version)],
+    )
 }
 
 pub fn ended_key(table_id: i64, schema_version: i64, row_id: i64, begin: i64) -> Vec<u8> {
     keys::key(
         Subspace::Inline,
         Some(ENDED),
-        &[Cell::Int(table_id), Cell::Int(schema_version), Cell::Int(row_id), Cell::Int(begin)],
+        &[
+            Cell::Int(table_id),
+            Cell::Int(schema_version),
+            Cell::Int(row_id),
+            Cell::Int(begin),
+        ],
     )
 }
 
@@ -67,13 +89,20 @@ pub fn deleted_row_prefix(table_id: i64) -> Vec<u8> {
 }
 
 pub fn deleted_row_key(table_id: i64, file_id: i64, row_id: i64) -> Vec<u8> {
-    keys::key(Subspace::Inline, Some(DELETED_ROW), &[Cell::Int(table_id), Cell::Int(file_id), Cell::Int(row_id)])
+    keys::key(
+        Subspace::Inline,
+        Some(DELETED_ROW),
+        &[Cell::Int(table_id), Cell::Int(file_id), Cell::Int(row_id)],
+    )
 }
 
 pub fn encode_schema(table_id: i64, schema_version: i64, user_columns: &[ColumnDesc]) -> Vec<u8> {
     let mut record = Record::new(vec![Cell::Int(table_id), Cell::Int(schema_version)]);
     for c in user_columns {
-        record.push_child(SCHEMA, vec![Cell::Text(c.name.clone()), Cell::Text(c.type_name.clone())]);
+        record.push_child(
+            SCHEMA,
+            vec![Cell::Text(c.name.clone()), Cell::Text(c.type_name.clone())],
+        );
     }
     encode_record(SCHEMA, &record)
 }
@@ -84,10 +113,14 @@ pub fn decode_schema(bytes: &[u8]) -> Result<Vec<ColumnDesc>> {
         .children_of(SCHEMA)
         .iter()
         .map(|r| match r.as_slice() {
-            [Cell::Text(name), Cell::Text(ty)] => {
-                Ok(ColumnDesc { name: name.clone(), type_name: ty.clone(), transfer: Transfer::Value })
-            }
-            _ => Err(Error::corruption("inline schema column has an unexpected shape")),
+            [Cell::Text(name), Cell::Text(ty)] => Ok(ColumnDesc {
+                name: name.clone(),
+                type_name: ty.clone(),
+                transfer: Transfer::Value,
+            }),
+            _ => Err(Error::corruption(
+                "inline schema column has an unexpected shape",
+            )),
         })
         .collect()
 }
@@ -139,7 +172,9 @@ pub fn chunk_coordinates(key: &[u8]) -> Result<(i64, i64)> {
     let cells = keys::decode_cells(key, 2)?;
     match cells.as_slice() {
         [_, _, Cell::Int(begin), Cell::Int(seq)] => Ok((*begin, *seq)),
-        _ => Err(Error::corruption("inline chunk key has an unexpected shape")),
+        _ => Err(Error::corruption(
+            "inline chunk key has an unexpected shape",
+        )),
     }
 }
 
@@ -148,8 +183,12 @@ pub fn assemble_rows(chunks: &[(i64, Vec<Row>)], ended: &HashMap<(i64, i64), i64
     let mut rows = Vec::new();
     for (begin, chunk_rows) in chunks {
         for r in chunk_rows {
-            let Some(row_id) = r.first().and_then(Cell::as_int) else { continue };
-            let end = ended.get(&(row_id, *begin)).map_or(Cell::Null, |e| Cell::Int(*e));
+            let Some(row_id) = r.first().and_then(Cell::as_int) else {
+                continue;
+            };
+            let end = ended
+                .get(&(row_id, *begin))
+                .map_or(Cell::Null, |e| Cell::Int(*e));
             let mut full = vec![Cell::Int(row_id), Cell::Int(*begin), end];
             full.extend(r[1..].iter().cloned());
             rows.push(full);
@@ -162,42 +201,76 @@ pub fn ended_coordinates(key: &[u8]) -> Result<(i64, i64)> {
     let cells = keys::decode_cells(key, 2)?;
     match cells.as_slice() {
         [_, _, Cell::Int(row_id), Cell::Int(begin)] => Ok((*row_id, *begin)),
-        _ => Err(Error::corruption("inline end-mark key has an unexpected shape")),
+        _ => Err(Error::corruption(
+            "inline end-mark key has an unexpected shape",
+        )),
     }
 }
 
-pub async fn committed_data_rows(store: &Store, view: &ReadView, table_id: i64, schema_version: i64) -> Result<Vec<Row>> {
+pub async fn committed_data_rows(
+    store: &Store,
+    view: &ReadView,
+    table_id: i64,
+    schema_version: i64,
+) -> Result<Vec<Row>> {
     let mut chunks = Vec::new();
-    for (key, value) in store.scan_prefix(view, &chunk_prefix(table_id, schema_version)).await? {
+    for (key, value) in store
+        .scan_prefix(view, &chunk_prefix(table_id, schema_version))
+        .await?
+    {
         let (begin, _) = chunk_coordinates(&key)?;
         chunks.push((begin, decode_chunk(&value)?));
     }
     let mut ended = HashMap::new();
-    for (key, value) in store.scan_prefix(view, &ended_prefix(table_id, schema_version)).await? {
+    for (key, value) in store
+        .scan_prefix(view, &ended_prefix(table_id, schema_version))
+        .await?
+    {
         ended.insert(ended_coordinates(&key)?, decode_int(ENDED, &value)?);
     }
     Ok(assemble_rows(&chunks, &ended))
 }
 
-pub async fn committed_delete_rows(store: &Store, view: &ReadView, table_id: i64) -> Result<Vec<Row>> {
+pub async fn committed_delete_rows(
+    store: &Store,
+    view: &ReadView,
+    table_id: i64,
+) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
-    for (key, value) in store.scan_prefix(view, &deleted_row_prefix(table_id)).await? {
+    for (key, value) in store
+        .scan_prefix(view, &deleted_row_prefix(table_id))
+        .await?
+    {
         let cells = keys::decode_cells(&key, 2)?;
         let [_, file_id, row_id] = cells.as_slice() else {
-            return Err(Error::corruption("inline deletion key has an unexpected shape"));
+            return Err(Error::corruption(
+                "inline deletion key has an unexpected shape",
+            ));
         };
-        rows.push(vec![file_id.clone(), row_id.clone(), Cell::Int(decode_int(DELETED_ROW, &value)?)]);
+        rows.push(vec![
+            file_id.clone(),
+            row_id.clone(),
+            Cell::Int(decode_int(DELETED_ROW, &value)?),
+        ]);
     }
     Ok(rows)
 }
 
 /// Every inlined data table that exists at a view, with its user columns.
-pub async fn committed_schemas(store: &Store, view: &ReadView) -> Result<Vec<((i64, i64), Vec<ColumnDesc>)>> {
+pub async fn committed_schemas(
+    store: &Store,
+    view: &ReadView,
+) -> Result<Vec<((i64, i64), Vec<ColumnDesc>)>> {
     let mut out = Vec::new();
-    for (key, value) in store.scan_prefix(view, &keys::prefix(Subspace::Inline, Some(SCHEMA))).await? {
+    for (key, value) in store
+        .scan_prefix(view, &keys::prefix(Subspace::Inline, Some(SCHEMA)))
+        .await?
+    {
         let cells = keys::decode_cells(&key, 2)?;
         let [Cell::Int(t), Cell::Int(v)] = cells.as_slice() else {
-            return Err(Error::corruption("inline schema key has an unexpected shape"));
+            return Err(Error::corruption(
+                "inline schema key has an unexpected shape",
+            ));
         };
         out.push(((*t, *v), decode_schema(&value)?));
     }
@@ -206,7 +279,10 @@ pub async fn committed_schemas(store: &Store, view: &ReadView) -> Result<Vec<((i
 
 pub async fn committed_delete_tables(store: &Store, view: &ReadView) -> Result<Vec<i64>> {
     let mut out = Vec::new();
-    for (key, _) in store.scan_prefix(view, &keys::prefix(Subspace::Inline, Some(DELETE_TABLE))).await? {
+    for (key, _) in store
+        .scan_prefix(view, &keys::prefix(Subspace::Inline, Some(DELETE_TABLE)))
+        .await?
+    {
         if let Some(Cell::Int(t)) = keys::decode_cells(&key, 2)?.first() {
             out.push(*t);
         }

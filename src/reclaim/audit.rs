@@ -61,7 +61,10 @@ impl Audit {
 }
 
 fn now_micros() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or_default()
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or_default()
 }
 
 fn label(key: &[u8]) -> String {
@@ -70,7 +73,10 @@ fn label(key: &[u8]) -> String {
     };
     match subspace {
         Subspace::Current | Subspace::History => {
-            let kind = key.get(1).and_then(|t| Kind::from_tag(*t)).map_or("unknown", |k| k.def().name);
+            let kind = key
+                .get(1)
+                .and_then(|t| Kind::from_tag(*t))
+                .map_or("unknown", |k| k.def().name);
             format!("{}/{kind}", subspace.name())
         }
         Subspace::Inline => {
@@ -111,10 +117,16 @@ pub fn interval_seconds(text: &str) -> Option<i64> {
 
 pub async fn audit(store: &Store) -> Result<Audit> {
     let view = store.snapshot()?;
-    let mut report = Audit { physical: physical_usage(store).await?, ..Audit::default() };
+    let mut report = Audit {
+        physical: physical_usage(store).await?,
+        ..Audit::default()
+    };
     let now = now_micros();
     for subspace in Subspace::ALL {
-        for (key, value) in store.scan_prefix(&view, &keys::prefix(subspace, None)).await? {
+        for (key, value) in store
+            .scan_prefix(&view, &keys::prefix(subspace, None))
+            .await?
+        {
             let entry = report.logical.entry(label(&key)).or_default();
             entry.0 += 1;
             entry.1 += (key.len() + value.len()) as u64;
@@ -125,8 +137,11 @@ pub async fn audit(store: &Store) -> Result<Audit> {
                     let record = decode_record(Kind::Snapshot.tag(), &value)?;
                     if report.oldest_snapshot_id.is_none() {
                         report.oldest_snapshot_id = record.row.first().and_then(Cell::as_int);
-                        report.oldest_snapshot_age_seconds =
-                            record.row.get(1).and_then(Cell::as_int).map(|t| (now - t) / 1_000_000);
+                        report.oldest_snapshot_age_seconds = record
+                            .row
+                            .get(1)
+                            .and_then(Cell::as_int)
+                            .map(|t| (now - t) / 1_000_000);
                     }
                 }
                 _ => {}
@@ -137,11 +152,18 @@ pub async fn audit(store: &Store) -> Result<Audit> {
         report.schedule_backlog += 1;
         if let Some(start) = row.get(3).and_then(Cell::as_int) {
             let age = (now - start) / 1_000_000;
-            report.oldest_schedule_age_seconds = Some(report.oldest_schedule_age_seconds.map_or(age, |a| a.max(age)));
+            report.oldest_schedule_age_seconds = Some(
+                report
+                    .oldest_schedule_age_seconds
+                    .map_or(age, |a| a.max(age)),
+            );
         }
     }
     for row in catalog::committed_rows(store, &view, Kind::Metadata).await? {
-        let (Some(key), Some(value), true) = (row[0].as_text(), row[1].as_text(), row[2].is_null()) else { continue };
+        let (Some(key), Some(value), true) = (row[0].as_text(), row[1].as_text(), row[2].is_null())
+        else {
+            continue;
+        };
         match key {
             "expire_older_than" => report.expire_older_than = Some(value.to_string()),
             "delete_older_than" => report.delete_older_than = Some(value.to_string()),
@@ -155,7 +177,10 @@ pub async fn audit(store: &Store) -> Result<Audit> {
 fn findings(a: &Audit) -> Vec<Finding> {
     let mut out = Vec::new();
     // Snapshot 0 still present means no expiry has ever run.
-    if a.expire_older_than.is_none() && a.oldest_snapshot_id == Some(0) && (a.snapshot_count > 1 || a.history_versions > 0) {
+    if a.expire_older_than.is_none()
+        && a.oldest_snapshot_id == Some(0)
+        && (a.snapshot_count > 1 || a.history_versions > 0)
+    {
         out.push(Finding {
             severity: Severity::Unbounded,
             message: format!(
@@ -173,7 +198,11 @@ fn findings(a: &Audit) -> Vec<Finding> {
             message: format!("{physical} physical bytes hold {live} live bytes: run CALL moraine_reclaim('lake')"),
         });
     }
-    let horizon = a.delete_older_than.as_deref().and_then(interval_seconds).unwrap_or(2 * 86_400);
+    let horizon = a
+        .delete_older_than
+        .as_deref()
+        .and_then(interval_seconds)
+        .unwrap_or(2 * 86_400);
     if let Some(age) = a.oldest_schedule_age_seconds.filter(|age| *age > horizon) {
         out.push(Finding {
             severity: Severity::Backlog,
@@ -183,6 +212,93 @@ fn findings(a: &Audit) -> Vec<Finding> {
                 a.schedule_backlog
             ),
         });
+    }
+    out
+}
+
+/// The audit as `[section, item, value, detail]` rows, for SQL and the CLI.
+pub fn rows(a: &Audit) -> Vec<[String; 4]> {
+    let mut out = Vec::new();
+    let row = |s: &str, i: &str, v: String, d: String| [s.to_string(), i.to_string(), v, d];
+    for (label, (keys, bytes)) in &a.logical {
+        out.push(row(
+            "live",
+            label,
+            bytes.to_string(),
+            format!("{keys} keys"),
+        ));
+    }
+    out.push(row(
+        "live",
+        "total",
+        a.live_bytes().to_string(),
+        "logical bytes of keys and values".into(),
+    ));
+    for (kind, (objects, bytes)) in &a.physical.by_type {
+        out.push(row(
+            "physical",
+            kind,
+            bytes.to_string(),
+            format!("{objects} objects"),
+        ));
+    }
+    out.push(row(
+        "physical",
+        "total",
+        a.physical.bytes().to_string(),
+        format!("{} objects", a.physical.objects()),
+    ));
+    let opt = |v: Option<i64>| v.map_or("none".to_string(), |v| v.to_string());
+    out.push(row(
+        "snapshots",
+        "count",
+        a.snapshot_count.to_string(),
+        format!("oldest id {}", opt(a.oldest_snapshot_id)),
+    ));
+    out.push(row(
+        "snapshots",
+        "oldest_age_seconds",
+        opt(a.oldest_snapshot_age_seconds),
+        String::new(),
+    ));
+    out.push(row(
+        "history",
+        "ended_versions",
+        a.history_versions.to_string(),
+        String::new(),
+    ));
+    out.push(row(
+        "schedule",
+        "backlog",
+        a.schedule_backlog.to_string(),
+        String::new(),
+    ));
+    out.push(row(
+        "schedule",
+        "oldest_age_seconds",
+        opt(a.oldest_schedule_age_seconds),
+        String::new(),
+    ));
+    let option = |v: &Option<String>| v.clone().unwrap_or_else(|| "unset".into());
+    out.push(row(
+        "options",
+        "expire_older_than",
+        option(&a.expire_older_than),
+        String::new(),
+    ));
+    out.push(row(
+        "options",
+        "delete_older_than",
+        option(&a.delete_older_than),
+        String::new(),
+    ));
+    for f in &a.findings {
+        out.push(row(
+            "finding",
+            &f.severity.to_string(),
+            String::new(),
+            f.message.clone(),
+        ));
     }
     out
 }
@@ -198,31 +314,4 @@ mod tests {
         assert_eq!(interval_seconds("1 hour 30 minutes"), Some(5_400));
         assert_eq!(interval_seconds("soon"), None);
     }
-}
-
-/// The audit as `[section, item, value, detail]` rows, for SQL and the CLI.
-pub fn rows(a: &Audit) -> Vec<[String; 4]> {
-    let mut out = Vec::new();
-    let row = |s: &str, i: &str, v: String, d: String| [s.to_string(), i.to_string(), v, d];
-    for (label, (keys, bytes)) in &a.logical {
-        out.push(row("live", label, bytes.to_string(), format!("{keys} keys")));
-    }
-    out.push(row("live", "total", a.live_bytes().to_string(), "logical bytes of keys and values".into()));
-    for (kind, (objects, bytes)) in &a.physical.by_type {
-        out.push(row("physical", kind, bytes.to_string(), format!("{objects} objects")));
-    }
-    out.push(row("physical", "total", a.physical.bytes().to_string(), format!("{} objects", a.physical.objects())));
-    let opt = |v: Option<i64>| v.map_or("none".to_string(), |v| v.to_string());
-    out.push(row("snapshots", "count", a.snapshot_count.to_string(), format!("oldest id {}", opt(a.oldest_snapshot_id))));
-    out.push(row("snapshots", "oldest_age_seconds", opt(a.oldest_snapshot_age_seconds), String::new()));
-    out.push(row("history", "ended_versions", a.history_versions.to_string(), String::new()));
-    out.push(row("schedule", "backlog", a.schedule_backlog.to_string(), String::new()));
-    out.push(row("schedule", "oldest_age_seconds", opt(a.oldest_schedule_age_seconds), String::new()));
-    let option = |v: &Option<String>| v.clone().unwrap_or_else(|| "unset".into());
-    out.push(row("options", "expire_older_than", option(&a.expire_older_than), String::new()));
-    out.push(row("options", "delete_older_than", option(&a.delete_older_than), String::new()));
-    for f in &a.findings {
-        out.push(row("finding", &f.severity.to_string(), String::new(), f.message.clone()));
-    }
-    out
 }

@@ -12,7 +12,9 @@ use crate::error::{slate, Error, Result};
 use crate::store::Store;
 use object_store::ObjectStore;
 use slatedb::compactor::{CompactionSpec, SourceId};
-use slatedb::config::{FlushOptions, FlushType, GarbageCollectorDirectoryOptions, GarbageCollectorOptions};
+use slatedb::config::{
+    FlushOptions, FlushType, GarbageCollectorDirectoryOptions, GarbageCollectorOptions,
+};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -53,7 +55,10 @@ pub async fn physical_usage(store: &Store) -> Result<PhysicalUsage> {
     let mut listing = store.object_store().list(Some(store.root()));
     while let Some(meta) = listing.next().await {
         let meta = meta.map_err(|e| Error::store(format!("listing {}", store.root()), e))?;
-        let entry = usage.by_type.entry(object_type(meta.location.as_ref()).to_string()).or_default();
+        let entry = usage
+            .by_type
+            .entry(object_type(meta.location.as_ref()).to_string())
+            .or_default();
         entry.0 += 1;
         entry.1 += meta.size;
     }
@@ -70,35 +75,67 @@ pub struct ReclaimReport {
 
 /// Flushes, compacts every run into the last one, collects garbage, and
 /// waits (bounded by `deadline`) until the physical size stops shrinking.
-const MEMTABLE: FlushOptions = FlushOptions { flush_type: FlushType::MemTable };
+const MEMTABLE: FlushOptions = FlushOptions {
+    flush_type: FlushType::MemTable,
+};
 
 /// Writes the reclaim marker and flushes it into a fresh L0.
 async fn nudge(db: &slatedb::Db, started: Instant) -> Result<()> {
-    db.put(crate::store::keys::SYS_RECLAIM, started.elapsed().as_millis().to_string().as_bytes())
-        .await
-        .map_err(|e| slate("writing the reclaim marker", e))?;
+    db.put(
+        crate::store::keys::SYS_RECLAIM,
+        started.elapsed().as_millis().to_string().as_bytes(),
+    )
+    .await
+    .map_err(|e| slate("writing the reclaim marker", e))?;
     db.flush().await.map_err(|e| slate("flushing the WAL", e))?;
-    db.flush_with_options(MEMTABLE).await.map_err(|e| slate("flushing the memtable", e))
+    db.flush_with_options(MEMTABLE)
+        .await
+        .map_err(|e| slate("flushing the memtable", e))
 }
 
 /// Submits every L0 and sorted run into the oldest run and waits (bounded)
 /// until the tree is one run.
-async fn full_compaction(db: &slatedb::Db, admin: &slatedb::admin::Admin, started: Instant, deadline: Duration) -> Result<()> {
+async fn full_compaction(
+    db: &slatedb::Db,
+    admin: &slatedb::admin::Admin,
+    started: Instant,
+    deadline: Duration,
+) -> Result<()> {
     let manifest = db.manifest();
-    let mut sources: Vec<SourceId> = manifest.l0().iter().map(|view| SourceId::SstView(view.id)).collect();
-    sources.extend(manifest.compacted().iter().map(|run| SourceId::SortedRun(run.id)));
+    let mut sources: Vec<SourceId> = manifest
+        .l0()
+        .iter()
+        .map(|view| SourceId::SstView(view.id))
+        .collect();
+    sources.extend(
+        manifest
+            .compacted()
+            .iter()
+            .map(|run| SourceId::SortedRun(run.id)),
+    );
     if sources.is_empty() {
         return Ok(());
     }
-    let destination = manifest.compacted().iter().map(|run| run.id).min().unwrap_or(0);
+    let destination = manifest
+        .compacted()
+        .iter()
+        .map(|run| run.id)
+        .min()
+        .unwrap_or(0);
     let submitted = admin
         .submit_compaction(CompactionSpec::new(sources, destination))
         .await
         .map_err(|e| slate("submitting a full compaction", e))?;
     while started.elapsed() < deadline {
-        let status = admin.read_compaction(submitted.id(), None).await.map_err(|e| slate("reading a compaction", e))?;
+        let status = admin
+            .read_compaction(submitted.id(), None)
+            .await
+            .map_err(|e| slate("reading a compaction", e))?;
         if std::env::var_os("MORAINE_DEBUG_RECLAIM").is_some() {
-            eprintln!("reclaim: compaction {:?}", status.as_ref().map(|c| c.status()));
+            eprintln!(
+                "reclaim: compaction {:?}",
+                status.as_ref().map(|c| c.status())
+            );
         }
         let manifest = db.manifest();
         if manifest.l0().is_empty() && manifest.compacted().len() <= 1 {
@@ -114,8 +151,11 @@ pub async fn reclaim(store: &Store, deadline: Duration) -> Result<ReclaimReport>
     let before = physical_usage(store).await?;
     let db = store.writer()?;
     db.flush().await.map_err(|e| slate("flushing the WAL", e))?;
-    db.flush_with_options(MEMTABLE).await.map_err(|e| slate("flushing the memtable", e))?;
-    let admin = slatedb::admin::Admin::builder(store.root().clone(), store.object_store().clone()).build();
+    db.flush_with_options(MEMTABLE)
+        .await
+        .map_err(|e| slate("flushing the memtable", e))?;
+    let admin =
+        slatedb::admin::Admin::builder(store.root().clone(), store.object_store().clone()).build();
     // Two full compactions: the first folds everything into the last run and
     // drops tombstones; by the second, the manifest's record of the oldest
     // live read has moved past the deletes, so the versions the first had to
@@ -126,7 +166,11 @@ pub async fn reclaim(store: &Store, deadline: Duration) -> Result<ReclaimReport>
         }
         full_compaction(db, &admin, started, deadline).await?;
     }
-    let now = GarbageCollectorDirectoryOptions { interval: None, min_age: Duration::from_secs(1), dry_run: false };
+    let now = GarbageCollectorDirectoryOptions {
+        interval: None,
+        min_age: Duration::from_secs(1),
+        dry_run: false,
+    };
     let gc = GarbageCollectorOptions {
         manifest_options: Some(now),
         wal_options: Some(now),
@@ -142,14 +186,26 @@ pub async fn reclaim(store: &Store, deadline: Duration) -> Result<ReclaimReport>
         // A later L0 releases the newest compaction outputs to collection.
         nudge(db, started).await?;
         tokio::time::sleep(Duration::from_millis(1100)).await;
-        admin.run_gc_once(gc.clone()).await.map_err(|e| slate("collecting garbage", e))?;
+        admin
+            .run_gc_once(gc.clone())
+            .await
+            .map_err(|e| slate("collecting garbage", e))?;
         let usage = physical_usage(store).await?;
         if std::env::var_os("MORAINE_DEBUG_RECLAIM").is_some() {
             let m = db.manifest();
-            eprintln!("reclaim: gc round: {:?}; l0={} runs={:?}", usage.by_type, m.l0().len(), m.compacted().iter().map(|r| r.id).collect::<Vec<_>>());
+            eprintln!(
+                "reclaim: gc round: {:?}; l0={} runs={:?}",
+                usage.by_type,
+                m.l0().len(),
+                m.compacted().iter().map(|r| r.id).collect::<Vec<_>>()
+            );
         }
         let now_bytes = usage.bytes();
-        stable_rounds = if now_bytes >= last { stable_rounds + 1 } else { 0 };
+        stable_rounds = if now_bytes >= last {
+            stable_rounds + 1
+        } else {
+            0
+        };
         last = now_bytes;
     }
     let after = physical_usage(store).await?;

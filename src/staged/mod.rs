@@ -23,11 +23,26 @@ use std::sync::Arc;
 /// One row operation DuckLake issued, kept exactly as it arrived.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StagedOp {
-    Insert { table: TableRef, row: Row },
-    Delete { table: TableRef, row: Row },
-    Update { table: TableRef, old: Row, new: Row },
-    CreateTable { table: TableRef, columns: Vec<ColumnDesc> },
-    DropTable { table: TableRef },
+    Insert {
+        table: TableRef,
+        row: Row,
+    },
+    Delete {
+        table: TableRef,
+        row: Row,
+    },
+    Update {
+        table: TableRef,
+        old: Row,
+        new: Row,
+    },
+    CreateTable {
+        table: TableRef,
+        columns: Vec<ColumnDesc>,
+    },
+    DropTable {
+        table: TableRef,
+    },
 }
 
 impl StagedOp {
@@ -73,7 +88,13 @@ pub struct TableInfo {
 
 impl StagedTransaction {
     pub fn new(store: Arc<Store>) -> Self {
-        StagedTransaction { store, pinned: None, runs: Vec::new(), next_rowid: 0, ops: Vec::new() }
+        StagedTransaction {
+            store,
+            pinned: None,
+            runs: Vec::new(),
+            next_rowid: 0,
+            ops: Vec::new(),
+        }
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -88,11 +109,22 @@ impl StagedTransaction {
         if self.pinned.is_none() {
             let view = self.store.snapshot()?;
             let head = catalog::read_head(&self.store, &view).await?;
-            let inline_schemas = inline::committed_schemas(&self.store, &view).await?.into_iter().collect();
+            let inline_schemas = inline::committed_schemas(&self.store, &view)
+                .await?
+                .into_iter()
+                .collect();
             let delete_tables = inline::committed_delete_tables(&self.store, &view).await?;
-            self.pinned = Some(Pinned { view, head, rows: HashMap::new(), inline_schemas, delete_tables });
+            self.pinned = Some(Pinned {
+                view,
+                head,
+                rows: HashMap::new(),
+                inline_schemas,
+                delete_tables,
+            });
         }
-        self.pinned.as_mut().ok_or_else(|| Error::Internal("read view missing after pinning".into()))
+        self.pinned
+            .as_mut()
+            .ok_or_else(|| Error::Internal("read view missing after pinning".into()))
     }
 
     /// The head this transaction's reads are based on.
@@ -106,24 +138,38 @@ impl StagedTransaction {
 
     /// Resolves a table name the way DuckDB binds it inside this transaction.
     pub async fn lookup(&mut self, name: &str) -> Result<Option<TableInfo>> {
-        let Some(table) = TableRef::parse(name) else { return Ok(None) };
+        let Some(table) = TableRef::parse(name) else {
+            return Ok(None);
+        };
         let initialized = self.pin().await?.head.is_some();
-        let pinned = self.pinned.as_ref().ok_or_else(|| Error::Internal("unpinned".into()))?;
+        let pinned = self
+            .pinned
+            .as_ref()
+            .ok_or_else(|| Error::Internal("unpinned".into()))?;
         let mut columns = match table {
-            TableRef::Fixed(kind) => (initialized || self.staged_fixed_created(kind)).then(|| catalog::fixed_columns(kind)),
-            TableRef::InlineData { table_id, schema_version } => {
-                pinned.inline_schemas.get(&(table_id, schema_version)).map(|user| inline::data_columns(user))
-            }
-            TableRef::InlineDelete { table_id } => {
-                pinned.delete_tables.contains(&table_id).then(inline::delete_columns)
-            }
+            TableRef::Fixed(kind) => (initialized || self.staged_fixed_created(kind))
+                .then(|| catalog::fixed_columns(kind)),
+            TableRef::InlineData {
+                table_id,
+                schema_version,
+            } => pinned
+                .inline_schemas
+                .get(&(table_id, schema_version))
+                .map(|user| inline::data_columns(user)),
+            TableRef::InlineDelete { table_id } => pinned
+                .delete_tables
+                .contains(&table_id)
+                .then(inline::delete_columns),
         };
         if matches!(table, TableRef::Fixed(_)) {
             return Ok(columns.map(|columns| TableInfo { table, columns }));
         }
         for op in &self.ops {
             match op {
-                StagedOp::CreateTable { table: t, columns: c } if *t == table => columns = Some(c.clone()),
+                StagedOp::CreateTable {
+                    table: t,
+                    columns: c,
+                } if *t == table => columns = Some(c.clone()),
                 StagedOp::DropTable { table: t } if *t == table => columns = None,
                 _ => {}
             }
@@ -143,11 +189,24 @@ impl StagedTransaction {
         let mut dynamic: Vec<String> = pinned
             .inline_schemas
             .keys()
-            .map(|(t, v)| TableRef::InlineData { table_id: *t, schema_version: *v }.name())
-            .chain(pinned.delete_tables.iter().map(|t| TableRef::InlineDelete { table_id: *t }.name()))
+            .map(|(t, v)| {
+                TableRef::InlineData {
+                    table_id: *t,
+                    schema_version: *v,
+                }
+                .name()
+            })
+            .chain(
+                pinned
+                    .delete_tables
+                    .iter()
+                    .map(|t| TableRef::InlineDelete { table_id: *t }.name()),
+            )
             .collect();
         dynamic.extend(self.ops.iter().filter_map(|op| match op {
-            StagedOp::CreateTable { table, .. } if !matches!(table, TableRef::Fixed(_)) => Some(table.name()),
+            StagedOp::CreateTable { table, .. } if !matches!(table, TableRef::Fixed(_)) => {
+                Some(table.name())
+            }
             _ => None,
         }));
         dynamic.sort();
@@ -160,7 +219,12 @@ impl StagedTransaction {
         Ok(names)
     }
 
-    pub async fn create_table(&mut self, name: &str, columns: Vec<ColumnDesc>, if_not_exists: bool) -> Result<()> {
+    pub async fn create_table(
+        &mut self,
+        name: &str,
+        columns: Vec<ColumnDesc>,
+        if_not_exists: bool,
+    ) -> Result<()> {
         self.writable()?;
         let table = TableRef::parse(name).ok_or_else(|| {
             Error::Unsupported(format!(
@@ -171,7 +235,9 @@ impl StagedTransaction {
             if if_not_exists {
                 return Ok(());
             }
-            return Err(Error::InvalidArgument(format!("table {name} already exists")));
+            return Err(Error::InvalidArgument(format!(
+                "table {name} already exists"
+            )));
         }
         let columns = match table {
             TableRef::Fixed(kind) => {
@@ -181,13 +247,24 @@ impl StagedTransaction {
             TableRef::InlineData { .. } => {
                 let system = inline::data_columns(&[]);
                 if columns.len() < system.len() {
-                    return Err(Error::InvalidArgument(format!("{name} needs the columns row_id, begin_snapshot, end_snapshot")));
+                    return Err(Error::InvalidArgument(format!(
+                        "{name} needs the columns row_id, begin_snapshot, end_snapshot"
+                    )));
                 }
                 validate_columns(name, &columns[..system.len()], &system)?;
                 columns
                     .into_iter()
                     .enumerate()
-                    .map(|(i, c)| if i < system.len() { system[i].clone() } else { ColumnDesc { transfer: catalog::Transfer::Value, ..c } })
+                    .map(|(i, c)| {
+                        if i < system.len() {
+                            system[i].clone()
+                        } else {
+                            ColumnDesc {
+                                transfer: catalog::Transfer::Value,
+                                ..c
+                            }
+                        }
+                    })
                     .collect()
             }
             TableRef::InlineDelete { .. } => {
@@ -208,7 +285,9 @@ impl StagedTransaction {
             return Err(Error::NotFound(format!("table {name} does not exist")));
         };
         if matches!(info.table, TableRef::Fixed(_)) {
-            return Err(Error::Unsupported(format!("DROP TABLE {name}: DuckLake's metadata tables cannot be dropped")));
+            return Err(Error::Unsupported(format!(
+                "DROP TABLE {name}: DuckLake's metadata tables cannot be dropped"
+            )));
         }
         self.ops.push(StagedOp::DropTable { table: info.table });
         Ok(())
@@ -222,10 +301,15 @@ impl StagedTransaction {
         }
         let rows = Arc::new(match table {
             TableRef::Fixed(kind) => catalog::committed_rows(&store, &pinned.view, kind).await?,
-            TableRef::InlineData { table_id, schema_version } => {
+            TableRef::InlineData {
+                table_id,
+                schema_version,
+            } => {
                 inline::committed_data_rows(&store, &pinned.view, table_id, schema_version).await?
             }
-            TableRef::InlineDelete { table_id } => inline::committed_delete_rows(&store, &pinned.view, table_id).await?,
+            TableRef::InlineDelete { table_id } => {
+                inline::committed_delete_rows(&store, &pinned.view, table_id).await?
+            }
         });
         pinned.rows.insert(table, rows.clone());
         Ok(rows)
@@ -242,7 +326,12 @@ impl StagedTransaction {
             Some(parent) => Some(Box::pin(self.visible_rows(parent)).await?),
             None => None,
         };
-        Ok(Arc::new(overlay::apply(table, &committed, &self.ops, parent.as_deref().map(Vec::as_slice))))
+        Ok(Arc::new(overlay::apply(
+            table,
+            &committed,
+            &self.ops,
+            parent.as_deref().map(Vec::as_slice),
+        )))
     }
 
     /// Materializes a table for one scan and registers the run; returns the
@@ -251,7 +340,10 @@ impl StagedTransaction {
         let rows = self.visible_rows(table).await?;
         let base = self.next_rowid;
         self.next_rowid += rows.len() as i64;
-        self.runs.push(Run { base, rows: rows.clone() });
+        self.runs.push(Run {
+            base,
+            rows: rows.clone(),
+        });
         Ok((base, rows))
     }
 
@@ -261,7 +353,11 @@ impl StagedTransaction {
             .iter()
             .rev()
             .find(|r| rowid >= r.base && rowid < r.base + r.rows.len() as i64)
-            .ok_or_else(|| Error::Internal(format!("rowid {rowid} was not emitted by a scan in this transaction")))?;
+            .ok_or_else(|| {
+                Error::Internal(format!(
+                    "rowid {rowid} was not emitted by a scan in this transaction"
+                ))
+            })?;
         Ok(run.rows[(rowid - run.base) as usize].clone())
     }
 
@@ -292,19 +388,27 @@ impl StagedTransaction {
     }
 
     /// `columns[i]` is the table column that `values[r][i]` sets.
-    pub async fn stage_update(&mut self, table: TableRef, rowids: &[i64], columns: &[usize], values: Vec<Row>) -> Result<()> {
+    pub async fn stage_update(
+        &mut self,
+        table: TableRef,
+        rowids: &[i64],
+        columns: &[usize],
+        values: Vec<Row>,
+    ) -> Result<()> {
         self.writable()?;
         self.pin().await?;
         if values.len() != rowids.len() {
-            return Err(Error::Internal("update values and rowids differ in length".into()));
+            return Err(Error::Internal(
+                "update values and rowids differ in length".into(),
+            ));
         }
         for (&rowid, set) in rowids.iter().zip(values) {
             let old = self.resolve(rowid)?;
             let mut new = old.clone();
             for (&c, v) in columns.iter().zip(set) {
-                let slot = new
-                    .get_mut(c)
-                    .ok_or_else(|| Error::Internal(format!("update of column {c} beyond the row")))?;
+                let slot = new.get_mut(c).ok_or_else(|| {
+                    Error::Internal(format!("update of column {c} beyond the row"))
+                })?;
                 *slot = v;
             }
             if let TableRef::Fixed(kind) = table {
@@ -343,12 +447,16 @@ pub enum CommitOutcome {
 
 fn validate_columns(name: &str, given: &[ColumnDesc], expected: &[ColumnDesc]) -> Result<()> {
     let render = |cols: &[ColumnDesc]| {
-        cols.iter().map(|c| format!("{} {}", c.name, c.type_name)).collect::<Vec<_>>().join(", ")
+        cols.iter()
+            .map(|c| format!("{} {}", c.name, c.type_name))
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     let same = given.len() == expected.len()
         && given.iter().zip(expected).all(|(g, e)| {
             g.name.eq_ignore_ascii_case(&e.name)
-                && catalog::ColumnType::parse(&g.type_name) == catalog::ColumnType::parse(&e.type_name)
+                && catalog::ColumnType::parse(&g.type_name)
+                    == catalog::ColumnType::parse(&e.type_name)
         });
     if same {
         Ok(())

@@ -13,7 +13,9 @@ use crate::catalog::{Kind, Lifecycle, Row, TableRef};
 
 /// The table whose visible rows decide which of `table`'s rows survive.
 pub fn parent_table(table: TableRef) -> Option<TableRef> {
-    let TableRef::Fixed(kind) = table else { return None };
+    let TableRef::Fixed(kind) = table else {
+        return None;
+    };
     match kind.def().lifecycle {
         Lifecycle::Embedded { parent, .. } => Some(TableRef::Fixed(parent)),
         Lifecycle::SnapshotChanges => Some(TableRef::Fixed(Kind::Snapshot)),
@@ -22,7 +24,9 @@ pub fn parent_table(table: TableRef) -> Option<TableRef> {
 }
 
 fn link(table: TableRef) -> &'static [(usize, usize)] {
-    let TableRef::Fixed(kind) = table else { return &[] };
+    let TableRef::Fixed(kind) = table else {
+        return &[];
+    };
     match kind.def().lifecycle {
         Lifecycle::Embedded { link, .. } => link,
         Lifecycle::SnapshotChanges => &[(0, 0)],
@@ -35,7 +39,12 @@ pub fn affects(op: &StagedOp, table: TableRef) -> bool {
     op.table() == table || parent_table(table).is_some_and(|p| affects(op, p))
 }
 
-pub fn apply(table: TableRef, committed: &[Row], ops: &[StagedOp], parent_rows: Option<&[Row]>) -> Vec<Row> {
+pub fn apply(
+    table: TableRef,
+    committed: &[Row],
+    ops: &[StagedOp],
+    parent_rows: Option<&[Row]>,
+) -> Vec<Row> {
     let mut rows = committed.to_vec();
     for op in ops.iter().filter(|op| op.table() == table) {
         match op {
@@ -56,7 +65,11 @@ pub fn apply(table: TableRef, committed: &[Row], ops: &[StagedOp], parent_rows: 
     }
     if let Some(parents) = parent_rows {
         let link = link(table);
-        rows.retain(|child| parents.iter().any(|p| link.iter().all(|&(c, pc)| child.get(c) == p.get(pc))));
+        rows.retain(|child| {
+            parents
+                .iter()
+                .any(|p| link.iter().all(|&(c, pc)| child.get(c) == p.get(pc)))
+        });
     }
     rows
 }

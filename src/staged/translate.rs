@@ -35,7 +35,11 @@ struct Translator<'a> {
     bootstrap: bool,
 }
 
-pub async fn commit(store: &Store, premise: Option<Head>, ops: &[StagedOp]) -> Result<CommitOutcome> {
+pub async fn commit(
+    store: &Store,
+    premise: Option<Head>,
+    ops: &[StagedOp],
+) -> Result<CommitOutcome> {
     let txn = store.begin()?;
     let head = match txn.get(keys::SYS_HEAD).await? {
         Some(bytes) => Some(Head::decode(&bytes)?),
@@ -105,13 +109,22 @@ pub fn is_maintenance(op: &StagedOp) -> bool {
     match op {
         StagedOp::Delete { .. } | StagedOp::DropTable { .. } => true,
         StagedOp::CreateTable { table, .. } => !matches!(table, TableRef::Fixed(_)),
-        StagedOp::Insert { table: TableRef::Fixed(kind), row } | StagedOp::Update { table: TableRef::Fixed(kind), new: row, .. } => {
-            match kind {
-                Kind::FilesScheduledForDeletion | Kind::Metadata => true,
-                Kind::FileColumnStats => matches!(op, StagedOp::Insert { .. }) && row.get(2) == Some(&Cell::Int(ROW_ID_FIELD_ID)),
-                _ => false,
-            }
+        StagedOp::Insert {
+            table: TableRef::Fixed(kind),
+            row,
         }
+        | StagedOp::Update {
+            table: TableRef::Fixed(kind),
+            new: row,
+            ..
+        } => match kind {
+            Kind::FilesScheduledForDeletion | Kind::Metadata => true,
+            Kind::FileColumnStats => {
+                matches!(op, StagedOp::Insert { .. })
+                    && row.get(2) == Some(&Cell::Int(ROW_ID_FIELD_ID))
+            }
+            _ => false,
+        },
         _ => false,
     }
 }
@@ -122,7 +135,11 @@ impl Translator<'_> {
             return Ok(entry.as_ref().map(|(_, r)| r.clone()));
         }
         match self.txn.get(key).await? {
-            Some(bytes) => Ok(Some(decode_record(tag, &bytes).map_err(|e| Error::corruption(format!("key {key:02x?}: {e}")))?)),
+            Some(bytes) => {
+                Ok(Some(decode_record(tag, &bytes).map_err(|e| {
+                    Error::corruption(format!("key {key:02x?}: {e}"))
+                })?))
+            }
             None => Ok(None),
         }
     }
@@ -137,20 +154,37 @@ impl Translator<'_> {
 
     /// Keys under `prefix` that exist in this commit's view of the store.
     async fn live_keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let mut found: BTreeMap<Vec<u8>, bool> =
-            self.txn.scan_prefix(prefix).await?.into_iter().map(|(k, _)| (k.to_vec(), true)).collect();
+        let mut found: BTreeMap<Vec<u8>, bool> = self
+            .txn
+            .scan_prefix(prefix)
+            .await?
+            .into_iter()
+            .map(|(k, _)| (k.to_vec(), true))
+            .collect();
         let end = keys::prefix_end(prefix);
         for (k, v) in self.working.range(prefix.to_vec()..end) {
             found.insert(k.clone(), v.is_some());
         }
-        Ok(found.into_iter().filter(|(_, live)| *live).map(|(k, _)| k).collect())
+        Ok(found
+            .into_iter()
+            .filter(|(_, live)| *live)
+            .map(|(k, _)| k)
+            .collect())
     }
 
     async fn apply(&mut self, op: &StagedOp) -> Result<()> {
         match (op.table(), op) {
             (TableRef::Fixed(kind), _) => self.apply_fixed(kind, op).await,
-            (TableRef::InlineData { table_id, schema_version }, _) => self.apply_inline_data(table_id, schema_version, op).await,
-            (TableRef::InlineDelete { table_id }, _) => self.apply_inline_delete(table_id, op).await,
+            (
+                TableRef::InlineData {
+                    table_id,
+                    schema_version,
+                },
+                _,
+            ) => self.apply_inline_data(table_id, schema_version, op).await,
+            (TableRef::InlineDelete { table_id }, _) => {
+                self.apply_inline_delete(table_id, op).await
+            }
         }
     }
 
@@ -162,15 +196,21 @@ impl Translator<'_> {
                 self.bootstrap = true;
                 Ok(())
             }
-            (_, StagedOp::DropTable { .. }) => Err(Error::Unsupported("metadata tables cannot be dropped".into())),
+            (_, StagedOp::DropTable { .. }) => Err(Error::Unsupported(
+                "metadata tables cannot be dropped".into(),
+            )),
             (Lifecycle::Snapshot, StagedOp::Insert { row, .. }) => {
-                let id = row[0].as_int().ok_or_else(|| Error::Constraint("snapshot_id must not be NULL".into()))?;
+                let id = row[0]
+                    .as_int()
+                    .ok_or_else(|| Error::Constraint("snapshot_id must not be NULL".into()))?;
                 let key = catalog::location(kind, row)?;
                 if self.load(&key, tag).await?.is_some() {
                     return Err(Error::Conflict(format!("snapshot {id} already exists")));
                 }
                 if let Some(previous) = self.minted.replace(id) {
-                    return Err(Error::Unsupported(format!("one commit inserted snapshots {previous} and {id}")));
+                    return Err(Error::Unsupported(format!(
+                        "one commit inserted snapshots {previous} and {id}"
+                    )));
                 }
                 self.put(key, tag, Record::new(row.clone()));
                 Ok(())
@@ -178,7 +218,9 @@ impl Translator<'_> {
             (Lifecycle::Snapshot, StagedOp::Delete { row, .. }) => {
                 let id = row[0].as_int().unwrap_or(-1);
                 if self.head.is_some_and(|h| h.snapshot_id == id) {
-                    return Err(Error::Constraint(format!("snapshot {id} is the head snapshot and cannot be deleted")));
+                    return Err(Error::Constraint(format!(
+                        "snapshot {id} is the head snapshot and cannot be deleted"
+                    )));
                 }
                 let key = catalog::location(kind, row)?;
                 if self.load(&key, tag).await?.is_none() {
@@ -190,7 +232,10 @@ impl Translator<'_> {
             (Lifecycle::SnapshotChanges, StagedOp::Insert { row, .. }) => {
                 let key = catalog::location(kind, row)?;
                 let Some(mut record) = self.load(&key, tag).await? else {
-                    return Err(Error::Constraint(format!("changes for snapshot {:?}, which this commit does not write", row[0])));
+                    return Err(Error::Constraint(format!(
+                        "changes for snapshot {:?}, which this commit does not write",
+                        row[0]
+                    )));
                 };
                 record.children.retain(|(t, _)| *t != kind.tag());
                 record.push_child(kind.tag(), row.clone());
@@ -222,7 +267,9 @@ impl Translator<'_> {
             (Lifecycle::Embedded { parent, link }, StagedOp::Delete { row, .. }) => {
                 // Rides its parent: a no-op once the parent is gone.
                 if let Some((key, mut record)) = self.find_parent(parent, link, row).await? {
-                    if let Some((_, rows)) = record.children.iter_mut().find(|(t, _)| *t == kind.tag()) {
+                    if let Some((_, rows)) =
+                        record.children.iter_mut().find(|(t, _)| *t == kind.tag())
+                    {
                         if let Some(at) = rows.iter().position(|r| r == row) {
                             rows.remove(at);
                         }
@@ -247,9 +294,13 @@ impl Translator<'_> {
                 self.remove(key);
                 Ok(())
             }
-            (Lifecycle::Embedded { .. } | Lifecycle::SnapshotChanges | Lifecycle::Snapshot, StagedOp::Update { .. }) => {
-                Err(Error::Unsupported(format!("moraine does not translate UPDATE on {}", def.name)))
-            }
+            (
+                Lifecycle::Embedded { .. } | Lifecycle::SnapshotChanges | Lifecycle::Snapshot,
+                StagedOp::Update { .. },
+            ) => Err(Error::Unsupported(format!(
+                "moraine does not translate UPDATE on {}",
+                def.name
+            ))),
             (_, StagedOp::Update { old, new, .. }) => {
                 let from = catalog::location(kind, old)?;
                 let to = catalog::location(kind, new)?;
@@ -268,7 +319,12 @@ impl Translator<'_> {
     }
 
     /// The current parent record an embedded row belongs to.
-    async fn find_parent(&mut self, parent: Kind, link: &[(usize, usize)], child: &[Cell]) -> Result<Option<(Vec<u8>, Record)>> {
+    async fn find_parent(
+        &mut self,
+        parent: Kind,
+        link: &[(usize, usize)],
+        child: &[Cell],
+    ) -> Result<Option<(Vec<u8>, Record)>> {
         let pdef = parent.def();
         let mut prefix_cells = Vec::new();
         for &k in pdef.key {
@@ -280,7 +336,10 @@ impl Translator<'_> {
         let prefix = keys::key(Subspace::Current, Some(parent.tag()), &prefix_cells);
         for key in self.live_keys(&prefix).await? {
             if let Some(record) = self.load(&key, parent.tag()).await? {
-                if link.iter().all(|&(c, pc)| child.get(c) == record.row.get(pc)) {
+                if link
+                    .iter()
+                    .all(|&(c, pc)| child.get(c) == record.row.get(pc))
+                {
                     return Ok(Some((key, record)));
                 }
             }
@@ -288,44 +347,69 @@ impl Translator<'_> {
         Ok(None)
     }
 
-    async fn apply_inline_data(&mut self, table_id: i64, version: i64, op: &StagedOp) -> Result<()> {
+    async fn apply_inline_data(
+        &mut self,
+        table_id: i64,
+        version: i64,
+        op: &StagedOp,
+    ) -> Result<()> {
         match op {
             StagedOp::CreateTable { columns, .. } => {
                 let user = &columns[inline::SYSTEM_COLUMNS..];
                 let key = inline::schema_key(table_id, version);
-                let record = decode_record(inline::SCHEMA, &inline::encode_schema(table_id, version, user))?;
+                let record = decode_record(
+                    inline::SCHEMA,
+                    &inline::encode_schema(table_id, version, user),
+                )?;
                 self.put(key, inline::SCHEMA, record);
                 Ok(())
             }
             StagedOp::DropTable { .. } => {
                 self.remove(inline::schema_key(table_id, version));
-                for prefix in [inline::chunk_prefix(table_id, version), inline::ended_prefix(table_id, version)] {
+                for prefix in [
+                    inline::chunk_prefix(table_id, version),
+                    inline::ended_prefix(table_id, version),
+                ] {
                     for key in self.live_keys(&prefix).await? {
                         self.remove(key);
                     }
                 }
-                self.new_chunks.retain(|(t, v, _), _| (*t, *v) != (table_id, version));
+                self.new_chunks
+                    .retain(|(t, v, _), _| (*t, *v) != (table_id, version));
                 Ok(())
             }
             StagedOp::Insert { row, .. } => {
                 let (row_id, begin) = inline_identity(row)?;
                 let mut stored = vec![Cell::Int(row_id)];
                 stored.extend(row[inline::SYSTEM_COLUMNS..].iter().cloned());
-                self.new_chunks.entry((table_id, version, begin)).or_default().push(stored);
+                self.new_chunks
+                    .entry((table_id, version, begin))
+                    .or_default()
+                    .push(stored);
                 if let Cell::Int(end) = row[2] {
                     let record = Record::new(vec![Cell::Int(end)]);
-                    self.put(inline::ended_key(table_id, version, row_id, begin), inline::ENDED, record);
+                    self.put(
+                        inline::ended_key(table_id, version, row_id, begin),
+                        inline::ENDED,
+                        record,
+                    );
                 }
                 Ok(())
             }
             StagedOp::Update { old, new, .. } => {
                 let (row_id, begin) = inline_identity(old)?;
-                if inline_identity(new)? != (row_id, begin) || old[inline::SYSTEM_COLUMNS..] != new[inline::SYSTEM_COLUMNS..] {
-                    return Err(Error::Unsupported("only end_snapshot of inlined rows can be updated".into()));
+                if inline_identity(new)? != (row_id, begin)
+                    || old[inline::SYSTEM_COLUMNS..] != new[inline::SYSTEM_COLUMNS..]
+                {
+                    return Err(Error::Unsupported(
+                        "only end_snapshot of inlined rows can be updated".into(),
+                    ));
                 }
                 let key = inline::ended_key(table_id, version, row_id, begin);
                 match new[2] {
-                    Cell::Int(end) => self.put(key, inline::ENDED, Record::new(vec![Cell::Int(end)])),
+                    Cell::Int(end) => {
+                        self.put(key, inline::ENDED, Record::new(vec![Cell::Int(end)]))
+                    }
                     _ => self.remove(key),
                 }
                 Ok(())
@@ -339,7 +423,10 @@ impl Translator<'_> {
                         return Ok(());
                     }
                 }
-                self.inline_deletes.entry((table_id, version)).or_default().insert((row_id, begin));
+                self.inline_deletes
+                    .entry((table_id, version))
+                    .or_default()
+                    .insert((row_id, begin));
                 Ok(())
             }
         }
@@ -365,11 +452,15 @@ impl Translator<'_> {
                     next_seq = next_seq.max(inline::chunk_coordinates(key)?.1 + 1);
                 }
                 for key in chunk_keys {
-                    let Some(chunk) = self.load(&key, inline::CHUNK).await? else { continue };
+                    let Some(chunk) = self.load(&key, inline::CHUNK).await? else {
+                        continue;
+                    };
                     let rows = chunk.children_of(inline::CHUNK);
-                    let (gone, kept): (Vec<&Row>, Vec<&Row>) = rows
-                        .iter()
-                        .partition(|r| r.first().and_then(Cell::as_int).is_some_and(|id| wanted.contains(&(id, begin))));
+                    let (gone, kept): (Vec<&Row>, Vec<&Row>) = rows.iter().partition(|r| {
+                        r.first()
+                            .and_then(Cell::as_int)
+                            .is_some_and(|id| wanted.contains(&(id, begin)))
+                    });
                     if gone.is_empty() {
                         continue;
                     }
@@ -388,7 +479,11 @@ impl Translator<'_> {
                             next_seq - 1
                         };
                         let record = decode_record(inline::CHUNK, &inline::encode_chunk(&run))?;
-                        self.put(inline::chunk_key(table_id, version, begin, run_seq), inline::CHUNK, record);
+                        self.put(
+                            inline::chunk_key(table_id, version, begin, run_seq),
+                            inline::CHUNK,
+                            record,
+                        );
                     }
                 }
             }
@@ -404,36 +499,57 @@ impl Translator<'_> {
     async fn apply_inline_delete(&mut self, table_id: i64, op: &StagedOp) -> Result<()> {
         let row_key = |row: &Row| -> Result<Vec<u8>> {
             match row.as_slice() {
-                [Cell::Int(file_id), Cell::Int(row_id), _] => Ok(inline::deleted_row_key(table_id, *file_id, *row_id)),
-                _ => Err(Error::InvalidArgument("file_id and row_id must not be NULL".into())),
+                [Cell::Int(file_id), Cell::Int(row_id), _] => {
+                    Ok(inline::deleted_row_key(table_id, *file_id, *row_id))
+                }
+                _ => Err(Error::InvalidArgument(
+                    "file_id and row_id must not be NULL".into(),
+                )),
             }
         };
         match op {
             StagedOp::CreateTable { .. } => {
-                self.put(inline::delete_table_key(table_id), inline::DELETE_TABLE, Record::new(vec![Cell::Int(table_id)]));
+                self.put(
+                    inline::delete_table_key(table_id),
+                    inline::DELETE_TABLE,
+                    Record::new(vec![Cell::Int(table_id)]),
+                );
                 Ok(())
             }
             StagedOp::DropTable { .. } => {
                 self.remove(inline::delete_table_key(table_id));
-                for key in self.live_keys(&inline::deleted_row_prefix(table_id)).await? {
+                for key in self
+                    .live_keys(&inline::deleted_row_prefix(table_id))
+                    .await?
+                {
                     self.remove(key);
                 }
                 Ok(())
             }
             StagedOp::Insert { row, .. } => {
-                let begin = row[2].as_int().ok_or_else(|| Error::InvalidArgument("begin_snapshot must not be NULL".into()))?;
-                self.put(row_key(row)?, inline::DELETED_ROW, Record::new(vec![Cell::Int(begin)]));
+                let begin = row[2].as_int().ok_or_else(|| {
+                    Error::InvalidArgument("begin_snapshot must not be NULL".into())
+                })?;
+                self.put(
+                    row_key(row)?,
+                    inline::DELETED_ROW,
+                    Record::new(vec![Cell::Int(begin)]),
+                );
                 Ok(())
             }
             StagedOp::Delete { row, .. } => {
                 let key = row_key(row)?;
                 if self.load(&key, inline::DELETED_ROW).await?.is_none() {
-                    return Err(Error::NotFound(format!("inlined deletion {row:?} does not exist")));
+                    return Err(Error::NotFound(format!(
+                        "inlined deletion {row:?} does not exist"
+                    )));
                 }
                 self.remove(key);
                 Ok(())
             }
-            StagedOp::Update { .. } => Err(Error::Unsupported("inlined deletions cannot be updated".into())),
+            StagedOp::Update { .. } => Err(Error::Unsupported(
+                "inlined deletions cannot be updated".into(),
+            )),
         }
     }
 
@@ -445,13 +561,21 @@ impl Translator<'_> {
             if rows.is_empty() {
                 continue;
             }
-            let prefix = keys::key(Subspace::Inline, Some(inline::CHUNK), &[Cell::Int(table_id), Cell::Int(version), Cell::Int(begin)]);
+            let prefix = keys::key(
+                Subspace::Inline,
+                Some(inline::CHUNK),
+                &[Cell::Int(table_id), Cell::Int(version), Cell::Int(begin)],
+            );
             let mut seq = 0;
             for key in self.live_keys(&prefix).await? {
                 seq = seq.max(inline::chunk_coordinates(&key)?.1 + 1);
             }
             let record = decode_record(inline::CHUNK, &inline::encode_chunk(&rows))?;
-            self.put(inline::chunk_key(table_id, version, begin, seq), inline::CHUNK, record);
+            self.put(
+                inline::chunk_key(table_id, version, begin, seq),
+                inline::CHUNK,
+                record,
+            );
         }
         Ok(())
     }
@@ -460,9 +584,17 @@ impl Translator<'_> {
         let batch_count = self.head.map_or(0, |h| h.batch_count) + 1;
         if self.bootstrap {
             if self.head.is_some() {
-                return Err(Error::Conflict("another writer initialised this catalog first".into()));
+                return Err(Error::Conflict(
+                    "another writer initialised this catalog first".into(),
+                ));
             }
-            self.working.insert(keys::SYS_FORMAT.to_vec(), Some((catalog::FORMAT_TAG, decode_record(catalog::FORMAT_TAG, &catalog::encode_format())?)));
+            self.working.insert(
+                keys::SYS_FORMAT.to_vec(),
+                Some((
+                    catalog::FORMAT_TAG,
+                    decode_record(catalog::FORMAT_TAG, &catalog::encode_format())?,
+                )),
+            );
         }
         let outcome = match (self.minted, self.head) {
             (Some(id), head) => {
@@ -476,7 +608,10 @@ impl Translator<'_> {
                 CommitOutcome::Snapshot(id)
             }
             (None, None) => {
-                return Err(Error::Constraint("the catalog is not initialised: the first commit must insert snapshot 0".into()))
+                return Err(Error::Constraint(
+                    "the catalog is not initialised: the first commit must insert snapshot 0"
+                        .into(),
+                ))
             }
             (None, Some(head)) => {
                 if let Some(op) = ops.iter().find(|op| !is_maintenance(op)) {
@@ -485,7 +620,10 @@ impl Translator<'_> {
                         op.table().name()
                     )));
                 }
-                CommitOutcome::HeadPreserving(Head { snapshot_id: head.snapshot_id, batch_count })
+                CommitOutcome::HeadPreserving(Head {
+                    snapshot_id: head.snapshot_id,
+                    batch_count,
+                })
             }
         };
         let snapshot_id = match outcome {
@@ -493,8 +631,17 @@ impl Translator<'_> {
             CommitOutcome::HeadPreserving(h) => h.snapshot_id,
             CommitOutcome::Empty => return Ok(outcome),
         };
-        let head = Head { snapshot_id, batch_count };
-        self.working.insert(keys::SYS_HEAD.to_vec(), Some((catalog::HEAD_TAG, decode_record(catalog::HEAD_TAG, &head.encode())?)));
+        let head = Head {
+            snapshot_id,
+            batch_count,
+        };
+        self.working.insert(
+            keys::SYS_HEAD.to_vec(),
+            Some((
+                catalog::HEAD_TAG,
+                decode_record(catalog::HEAD_TAG, &head.encode())?,
+            )),
+        );
         self.head = Some(head);
         Ok(outcome)
     }
@@ -518,13 +665,19 @@ fn contiguous_runs(rows: Vec<&Row>) -> Vec<Vec<Row>> {
 fn inline_identity(row: &Row) -> Result<(i64, i64)> {
     match (row.first(), row.get(1)) {
         (Some(Cell::Int(row_id)), Some(Cell::Int(begin))) => Ok((*row_id, *begin)),
-        _ => Err(Error::InvalidArgument("row_id and begin_snapshot of an inlined row must not be NULL".into())),
+        _ => Err(Error::InvalidArgument(
+            "row_id and begin_snapshot of an inlined row must not be NULL".into(),
+        )),
     }
 }
 
 fn render_key(kind: Kind, row: &Row) -> String {
     let def = kind.def();
-    let mut parts: Vec<String> = def.key.iter().map(|&i| format!("{}={:?}", def.columns[i].name, row[i])).collect();
+    let mut parts: Vec<String> = def
+        .key
+        .iter()
+        .map(|&i| format!("{}={:?}", def.columns[i].name, row[i]))
+        .collect();
     if let Some((b, e)) = def.begin_end() {
         parts.push(format!("begin_snapshot={:?}", row[b]));
         parts.push(format!("end_snapshot={:?}", row[e]));
@@ -534,7 +687,10 @@ fn render_key(kind: Kind, row: &Row) -> String {
 
 fn duplicate(kind: Kind, row: &Row) -> Error {
     if kind.def().primary_key.is_some() {
-        Error::Conflict(format!("duplicate key {} violates its primary key", render_key(kind, row)))
+        Error::Conflict(format!(
+            "duplicate key {} violates its primary key",
+            render_key(kind, row)
+        ))
     } else {
         Error::Constraint(format!("{} already exists", render_key(kind, row)))
     }

@@ -109,7 +109,11 @@ pub fn decode_cells(key: &[u8], skip: usize) -> Result<Vec<Cell>> {
         cells.push(match tag {
             0 => Cell::Null,
             1 => {
-                let raw: [u8; 8] = key.get(at..at + 8).ok_or_else(bad)?.try_into().map_err(|_| bad())?;
+                let raw: [u8; 8] = key
+                    .get(at..at + 8)
+                    .ok_or_else(bad)?
+                    .try_into()
+                    .map_err(|_| bad())?;
                 at += 8;
                 Cell::Int((u64::from_be_bytes(raw) ^ (1 << 63)) as i64)
             }
@@ -204,7 +208,11 @@ mod tests {
     #[test]
     fn prefix_end_bounds_the_prefix() {
         let p = key(Subspace::Current, Some(3), &[Cell::Int(5)]);
-        let inside = key(Subspace::Current, Some(3), &[Cell::Int(5), Cell::Int(i64::MAX)]);
+        let inside = key(
+            Subspace::Current,
+            Some(3),
+            &[Cell::Int(5), Cell::Int(i64::MAX)],
+        );
         assert!(inside < prefix_end(&p) && inside > p);
     }
 }

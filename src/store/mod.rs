@@ -23,12 +23,16 @@ pub use uri::StoreUri;
 /// Bulk scans fetch widely: the default (one block, one fetch) turns a cold
 /// scan on S3 into thousands of sequential GETs.
 fn bulk_scan() -> ScanOptions {
-    ScanOptions { read_ahead_bytes: 8 << 20, max_fetch_tasks: 16, ..ScanOptions::default() }
+    ScanOptions {
+        read_ahead_bytes: 8 << 20,
+        max_fetch_tasks: 16,
+        ..ScanOptions::default()
+    }
 }
 
 enum Handle {
     Writer(Db),
-    Reader(DbReader),
+    Reader(Box<DbReader>),
 }
 
 /// An opened store: one SlateDB database under one object-store prefix.
@@ -53,7 +57,7 @@ impl Store {
                 .build()
                 .await
                 .map_err(|e| slate(&format!("opening {uri} read-only"), e))?;
-            Handle::Reader(reader)
+            Handle::Reader(Box::new(reader))
         } else {
             let db = Db::builder(root.clone(), object_store.clone())
                 .with_settings(settings.slatedb_settings(uri))
@@ -62,7 +66,14 @@ impl Store {
                 .map_err(|e| slate(&format!("opening {uri}"), e))?;
             Handle::Writer(db)
         };
-        Ok(Store { handle, object_store, root, uri: uri.clone(), settings: settings.clone(), keys_read: AtomicU64::new(0) })
+        Ok(Store {
+            handle,
+            object_store,
+            root,
+            uri: uri.clone(),
+            settings: settings.clone(),
+            keys_read: AtomicU64::new(0),
+        })
     }
 
     /// How many keys reads through this handle have returned so far.
@@ -102,7 +113,9 @@ impl Store {
     /// A consistent read view: every read through it sees one point in time.
     pub fn snapshot(&self) -> Result<ReadView> {
         match &self.handle {
-            Handle::Writer(db) => Ok(ReadView::Snapshot(db.snapshot().map_err(|e| slate("taking a snapshot", e))?)),
+            Handle::Writer(db) => Ok(ReadView::Snapshot(
+                db.snapshot().map_err(|e| slate("taking a snapshot", e))?,
+            )),
             Handle::Reader(_) => Ok(ReadView::Reader),
         }
     }
@@ -113,29 +126,41 @@ impl Store {
         match (view, &self.handle) {
             (ReadView::Snapshot(s), _) => s.get(key).await.map_err(|e| slate(&ctx(), e)),
             (ReadView::Reader, Handle::Reader(r)) => r.get(key).await.map_err(|e| slate(&ctx(), e)),
-            (ReadView::Reader, Handle::Writer(db)) => db.get(key).await.map_err(|e| slate(&ctx(), e)),
+            (ReadView::Reader, Handle::Writer(db)) => {
+                db.get(key).await.map_err(|e| slate(&ctx(), e))
+            }
         }
     }
 
     pub async fn scan_prefix(&self, view: &ReadView, prefix: &[u8]) -> Result<KeyValues> {
         let ctx = || format!("scanning prefix {prefix:02x?}");
         let mut iter = match (view, &self.handle) {
-            (ReadView::Snapshot(s), _) => s.scan_prefix_with_options(prefix, .., &bulk_scan()).await,
-            (ReadView::Reader, Handle::Reader(r)) => r.scan_prefix_with_options(prefix, .., &bulk_scan()).await,
-            (ReadView::Reader, Handle::Writer(db)) => db.scan_prefix_with_options(prefix, .., &bulk_scan()).await,
+            (ReadView::Snapshot(s), _) => {
+                s.scan_prefix_with_options(prefix, .., &bulk_scan()).await
+            }
+            (ReadView::Reader, Handle::Reader(r)) => {
+                r.scan_prefix_with_options(prefix, .., &bulk_scan()).await
+            }
+            (ReadView::Reader, Handle::Writer(db)) => {
+                db.scan_prefix_with_options(prefix, .., &bulk_scan()).await
+            }
         }
         .map_err(|e| slate(&ctx(), e))?;
         let mut out = Vec::new();
         while let Some(kv) = iter.next().await.map_err(|e| slate(&ctx(), e))? {
             out.push((kv.key, kv.value));
         }
-        self.keys_read.fetch_add(out.len() as u64, Ordering::Relaxed);
+        self.keys_read
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
         Ok(out)
     }
 
     /// Starts a write transaction. Its reads see its own writes.
     pub fn begin(&self) -> Result<StoreTxn> {
-        let tx = self.writer()?.begin(IsolationLevel::Snapshot).map_err(|e| slate("beginning a transaction", e))?;
+        let tx = self
+            .writer()?
+            .begin(IsolationLevel::Snapshot)
+            .map_err(|e| slate("beginning a transaction", e))?;
         Ok(StoreTxn { tx })
     }
 
@@ -145,8 +170,13 @@ impl Store {
         let db = self.writer()?;
         let handle = txn.tx.commit().await.map_err(|e| slate("committing", e))?;
         if let Some(handle) = handle {
-            db.flush().await.map_err(|e| slate("flushing the commit", e))?;
-            handle.await_durable().await.map_err(|e| slate("awaiting durability", e))?;
+            db.flush()
+                .await
+                .map_err(|e| slate("flushing the commit", e))?;
+            handle
+                .await_durable()
+                .await
+                .map_err(|e| slate("awaiting durability", e))?;
         }
         Ok(())
     }
@@ -168,7 +198,10 @@ impl Store {
 
     /// A read-only reader sees new commits only after it refreshes.
     pub fn read_options() -> ReadOptions {
-        ReadOptions { durability_filter: DurabilityLevel::Memory, ..ReadOptions::default() }
+        ReadOptions {
+            durability_filter: DurabilityLevel::Memory,
+            ..ReadOptions::default()
+        }
     }
 }
 
@@ -186,12 +219,19 @@ pub struct StoreTxn {
 
 impl StoreTxn {
     pub async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.tx.get(key).await.map_err(|e| slate(&format!("reading key {key:02x?}"), e))
+        self.tx
+            .get(key)
+            .await
+            .map_err(|e| slate(&format!("reading key {key:02x?}"), e))
     }
 
     pub async fn scan_prefix(&self, prefix: &[u8]) -> Result<KeyValues> {
         let ctx = || format!("scanning prefix {prefix:02x?}");
-        let mut iter = self.tx.scan_prefix_with_options(prefix, .., &bulk_scan()).await.map_err(|e| slate(&ctx(), e))?;
+        let mut iter = self
+            .tx
+            .scan_prefix_with_options(prefix, .., &bulk_scan())
+            .await
+            .map_err(|e| slate(&ctx(), e))?;
         let mut out = Vec::new();
         while let Some(kv) = iter.next().await.map_err(|e| slate(&ctx(), e))? {
             out.push((kv.key, kv.value));
@@ -200,10 +240,14 @@ impl StoreTxn {
     }
 
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.tx.put(key, value).map_err(|e| slate("staging a put", e))
+        self.tx
+            .put(key, value)
+            .map_err(|e| slate("staging a put", e))
     }
 
     pub fn delete(&self, key: &[u8]) -> Result<()> {
-        self.tx.delete(key).map_err(|e| slate("staging a delete", e))
+        self.tx
+            .delete(key)
+            .map_err(|e| slate("staging a delete", e))
     }
 }

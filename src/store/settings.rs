@@ -3,7 +3,9 @@
 
 use super::uri::StoreUri;
 use crate::error::{Error, Result};
-use slatedb::config::{CompactorOptions, GarbageCollectorDirectoryOptions, GarbageCollectorOptions, Settings};
+use slatedb::config::{
+    CompactorOptions, GarbageCollectorDirectoryOptions, GarbageCollectorOptions, Settings,
+};
 use std::time::Duration;
 
 /// What an attach may tune. Defaults favour a small catalog: commits are
@@ -36,21 +38,29 @@ impl Default for StoreSettings {
 }
 
 /// The attach options moraine understands (DuckLake forwards `META_<name>`).
-pub const OPTION_NAMES: [&str; 4] =
-    ["gc_min_age_seconds", "gc_interval_seconds", "compactor_poll_ms", "compaction_checkpoint_seconds"];
+pub const OPTION_NAMES: [&str; 4] = [
+    "gc_min_age_seconds",
+    "gc_interval_seconds",
+    "compactor_poll_ms",
+    "compaction_checkpoint_seconds",
+];
 
 impl StoreSettings {
     pub fn apply_option(&mut self, name: &str, value: &str) -> Result<()> {
         let number = || {
             value.trim().parse::<u64>().map_err(|_| {
-                Error::InvalidArgument(format!("moraine option {name} expects a non-negative integer, got '{value}'"))
+                Error::InvalidArgument(format!(
+                    "moraine option {name} expects a non-negative integer, got '{value}'"
+                ))
             })
         };
         match name.to_ascii_lowercase().as_str() {
             "gc_min_age_seconds" => self.gc_min_age = Duration::from_secs(number()?),
             "gc_interval_seconds" => self.gc_interval = Duration::from_secs(number()?.max(1)),
             "compactor_poll_ms" => self.compactor_poll = Duration::from_millis(number()?.max(10)),
-            "compaction_checkpoint_seconds" => self.compaction_checkpoint = Duration::from_secs(number()?.max(1)),
+            "compaction_checkpoint_seconds" => {
+                self.compaction_checkpoint = Duration::from_secs(number()?.max(1))
+            }
             _ => {
                 return Err(Error::InvalidArgument(format!(
                     "unknown moraine option '{name}'; known options: {}",
@@ -67,13 +77,19 @@ impl StoreSettings {
             min_age: self.gc_min_age,
             dry_run: false,
         };
-        let mut compactor = CompactorOptions::default();
-        compactor.poll_interval = self.compactor_poll;
-        compactor.checkpoint_lifetime = self.compaction_checkpoint;
+        let mut compactor = CompactorOptions {
+            poll_interval: self.compactor_poll,
+            checkpoint_lifetime: self.compaction_checkpoint,
+            ..CompactorOptions::default()
+        };
         // Merge everything into the oldest run so tombstones reach the last
         // sorted run and are dropped: a catalog is small, rewriting it is cheap.
-        compactor.scheduler_options.insert("min_compaction_sources".into(), "2".into());
-        compactor.scheduler_options.insert("include_size_threshold".into(), "1000000".into());
+        compactor
+            .scheduler_options
+            .insert("min_compaction_sources".into(), "2".into());
+        compactor
+            .scheduler_options
+            .insert("include_size_threshold".into(), "1000000".into());
         Settings {
             flush_interval: Some(Duration::from_millis(100)),
             compactor_options: Some(compactor),

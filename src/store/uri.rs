@@ -38,13 +38,19 @@ fn memory_stores() -> &'static Mutex<HashMap<String, Arc<InMemory>>> {
 impl StoreUri {
     pub fn parse(text: &str) -> Result<StoreUri> {
         let text = text.trim();
-        let invalid = |why: &str| Error::InvalidArgument(format!("invalid moraine store URI '{text}': {why}"));
+        let invalid = |why: &str| {
+            Error::InvalidArgument(format!("invalid moraine store URI '{text}': {why}"))
+        };
         if text.is_empty() {
-            return Err(invalid("it is empty; expected a directory, file://, memory://name or s3://bucket/prefix"));
+            return Err(invalid(
+                "it is empty; expected a directory, file://, memory://name or s3://bucket/prefix",
+            ));
         }
         if let Some(name) = text.strip_prefix("memory://") {
             if name.is_empty() || name.contains('/') {
-                return Err(invalid("memory:// needs a name without '/', e.g. memory://lake"));
+                return Err(invalid(
+                    "memory:// needs a name without '/', e.g. memory://lake",
+                ));
             }
             return Ok(StoreUri::Memory(name.to_string()));
         }
@@ -53,11 +59,18 @@ impl StoreUri {
             if bucket.is_empty() {
                 return Err(invalid("s3:// needs a bucket"));
             }
-            return Ok(StoreUri::S3 { bucket: bucket.to_string(), prefix: prefix.trim_matches('/').to_string() });
+            return Ok(StoreUri::S3 {
+                bucket: bucket.to_string(),
+                prefix: prefix.trim_matches('/').to_string(),
+            });
         }
         let path = match text.strip_prefix("file://") {
             Some(p) if p.starts_with('/') => p,
-            Some(_) => return Err(invalid("file:// needs an absolute path, e.g. file:///data/lake")),
+            Some(_) => {
+                return Err(invalid(
+                    "file:// needs an absolute path, e.g. file:///data/lake",
+                ))
+            }
             None => text,
         };
         if let Some((scheme, _)) = path.split_once("://") {
@@ -67,7 +80,9 @@ impl StoreUri {
         let absolute = if path.is_absolute() {
             path
         } else {
-            std::env::current_dir().map_err(|e| invalid(&format!("cannot resolve a relative path: {e}")))?.join(path)
+            std::env::current_dir()
+                .map_err(|e| invalid(&format!("cannot resolve a relative path: {e}")))?
+                .join(path)
         };
         Ok(StoreUri::Local(absolute))
     }
@@ -75,23 +90,33 @@ impl StoreUri {
     pub fn object_store(&self) -> Result<Arc<dyn ObjectStore>> {
         match self {
             StoreUri::Local(dir) => {
-                std::fs::create_dir_all(dir).map_err(|e| Error::store(format!("creating {}", dir.display()), e))?;
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| Error::store(format!("creating {}", dir.display()), e))?;
                 let fs = LocalFileSystem::new_with_prefix(dir)
                     .map_err(|e| Error::store(format!("opening {}", dir.display()), e))?;
                 Ok(Arc::new(fs))
             }
             StoreUri::Memory(name) => {
-                let mut stores = memory_stores().lock().map_err(|_| Error::Internal("memory store registry poisoned".into()))?;
-                Ok(stores.entry(name.clone()).or_insert_with(|| Arc::new(InMemory::new())).clone())
+                let mut stores = memory_stores()
+                    .lock()
+                    .map_err(|_| Error::Internal("memory store registry poisoned".into()))?;
+                Ok(stores
+                    .entry(name.clone())
+                    .or_insert_with(|| Arc::new(InMemory::new()))
+                    .clone())
             }
-            StoreUri::S3 { .. } => Err(Error::Unsupported(format!("{self}: s3:// stores are not wired up yet"))),
+            StoreUri::S3 { .. } => Err(Error::Unsupported(format!(
+                "{self}: s3:// stores are not wired up yet"
+            ))),
         }
     }
 
     /// The SlateDB path inside the object store.
     pub fn root_path(&self) -> Path {
         match self {
-            StoreUri::S3 { prefix, .. } if !prefix.is_empty() => Path::from(format!("{prefix}/catalog")),
+            StoreUri::S3 { prefix, .. } if !prefix.is_empty() => {
+                Path::from(format!("{prefix}/catalog"))
+            }
             _ => Path::from("catalog"),
         }
     }
@@ -107,18 +132,37 @@ mod tests {
 
     #[test]
     fn parses_the_supported_forms() {
-        assert_eq!(StoreUri::parse("/tmp/x").unwrap(), StoreUri::Local("/tmp/x".into()));
-        assert_eq!(StoreUri::parse("file:///tmp/x").unwrap(), StoreUri::Local("/tmp/x".into()));
-        assert_eq!(StoreUri::parse("memory://a").unwrap(), StoreUri::Memory("a".into()));
+        assert_eq!(
+            StoreUri::parse("/tmp/x").unwrap(),
+            StoreUri::Local("/tmp/x".into())
+        );
+        assert_eq!(
+            StoreUri::parse("file:///tmp/x").unwrap(),
+            StoreUri::Local("/tmp/x".into())
+        );
+        assert_eq!(
+            StoreUri::parse("memory://a").unwrap(),
+            StoreUri::Memory("a".into())
+        );
         assert_eq!(
             StoreUri::parse("s3://b/p/q/").unwrap(),
-            StoreUri::S3 { bucket: "b".into(), prefix: "p/q".into() }
+            StoreUri::S3 {
+                bucket: "b".into(),
+                prefix: "p/q".into()
+            }
         );
     }
 
     #[test]
     fn malformed_uris_are_clear_errors() {
-        for bad in ["", "memory://", "memory://a/b", "s3://", "file://rel", "gs://b/x"] {
+        for bad in [
+            "",
+            "memory://",
+            "memory://a/b",
+            "s3://",
+            "file://rel",
+            "gs://b/x",
+        ] {
             let err = StoreUri::parse(bad).unwrap_err().to_string();
             assert!(err.contains("invalid moraine store URI"), "{bad}: {err}");
         }

@@ -83,11 +83,18 @@ pub struct Record {
 
 impl Record {
     pub fn new(row: Row) -> Self {
-        Record { row, children: Vec::new() }
+        Record {
+            row,
+            children: Vec::new(),
+        }
     }
 
     pub fn children_of(&self, tag: u8) -> &[Row] {
-        self.children.iter().find(|(t, _)| *t == tag).map(|(_, rows)| rows.as_slice()).unwrap_or(&[])
+        self.children
+            .iter()
+            .find(|(t, _)| *t == tag)
+            .map(|(_, rows)| rows.as_slice())
+            .unwrap_or(&[])
     }
 
     pub fn push_child(&mut self, tag: u8, row: Row) {
@@ -143,11 +150,11 @@ pub fn encode_record(tag: u8, record: &Record) -> Vec<u8> {
 pub fn decode_record(tag: u8, bytes: &[u8]) -> Result<Record> {
     let mut r = Reader::new(unframe(tag, bytes)?);
     let row = r.row()?;
-    let groups = r.len()?;
+    let groups = r.length()?;
     let mut children = Vec::with_capacity(groups.min(16));
     for _ in 0..groups {
         let child_tag = r.byte()?;
-        let n = r.len()?;
+        let n = r.length()?;
         let mut rows = Vec::with_capacity(n.min(1024));
         for _ in 0..n {
             rows.push(r.row()?);
@@ -210,7 +217,10 @@ impl<'a> Reader<'a> {
     }
 
     pub fn byte(&mut self) -> Result<u8> {
-        let b = *self.bytes.get(self.at).ok_or_else(|| Error::corruption("value ends early"))?;
+        let b = *self
+            .bytes
+            .get(self.at)
+            .ok_or_else(|| Error::corruption("value ends early"))?;
         self.at += 1;
         Ok(b)
     }
@@ -228,7 +238,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A length that must fit in what is left of the payload.
-    pub fn len(&mut self) -> Result<usize> {
+    pub fn length(&mut self) -> Result<usize> {
         let n = self.varint()?;
         if n > (self.bytes.len() - self.at) as u64 {
             return Err(Error::corruption("length exceeds value size"));
@@ -237,7 +247,7 @@ impl<'a> Reader<'a> {
     }
 
     pub fn bytes(&mut self) -> Result<&'a [u8]> {
-        let n = self.len()?;
+        let n = self.length()?;
         let out = &self.bytes[self.at..self.at + n];
         self.at += n;
         Ok(out)
@@ -255,7 +265,8 @@ impl<'a> Reader<'a> {
             4 => {
                 let b = self.bytes()?;
                 Cell::Text(
-                    String::from_utf8(b.to_vec()).map_err(|_| Error::corruption("text cell is not UTF-8"))?,
+                    String::from_utf8(b.to_vec())
+                        .map_err(|_| Error::corruption("text cell is not UTF-8"))?,
                 )
             }
             5 => Cell::Blob(self.bytes()?.to_vec()),
@@ -264,7 +275,7 @@ impl<'a> Reader<'a> {
     }
 
     pub fn row(&mut self) -> Result<Row> {
-        let n = self.len()?;
+        let n = self.length()?;
         let mut row = Vec::with_capacity(n);
         for _ in 0..n {
             row.push(self.cell()?);
@@ -318,7 +329,10 @@ mod tests {
     #[test]
     fn wrong_kind_and_newer_version_are_corruption() {
         let bytes = encode_record(3, &Record::new(vec![Cell::Int(1)]));
-        assert!(matches!(decode_record(4, &bytes), Err(Error::Corruption(_))));
+        assert!(matches!(
+            decode_record(4, &bytes),
+            Err(Error::Corruption(_))
+        ));
         let mut newer = bytes.clone();
         newer[3] = ENCODING_VERSION + 1;
         let err = decode_record(3, &newer).unwrap_err();

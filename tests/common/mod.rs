@@ -34,7 +34,13 @@ pub fn fixed(kind: Kind) -> TableRef {
 }
 
 pub fn snapshot_row(id: i64, schema_version: i64, next_catalog_id: i64, next_file_id: i64) -> Row {
-    vec![int(id), int(1_700_000_000_000_000 + id), int(schema_version), int(next_catalog_id), int(next_file_id)]
+    vec![
+        int(id),
+        int(1_700_000_000_000_000 + id),
+        int(schema_version),
+        int(next_catalog_id),
+        int(next_file_id),
+    ]
 }
 
 pub fn changes_row(id: i64, changes: &str) -> Row {
@@ -44,12 +50,24 @@ pub fn changes_row(id: i64, changes: &str) -> Row {
 /// DuckLake's initialisation batch: the 28 CREATE TABLEs and the seed rows.
 pub async fn bootstrap(store: &Arc<Store>) {
     let mut tx = StagedTransaction::new(store.clone());
-    assert!(tx.lookup("ducklake_metadata").await.unwrap().is_none(), "an empty store has no tables");
+    assert!(
+        tx.lookup("ducklake_metadata").await.unwrap().is_none(),
+        "an empty store has no tables"
+    );
     for kind in Kind::ALL {
-        tx.create_table(kind.def().name, fixed_columns(kind), false).await.unwrap();
+        tx.create_table(kind.def().name, fixed_columns(kind), false)
+            .await
+            .unwrap();
     }
-    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(0, 0, 1, 0)]).await.unwrap();
-    tx.stage_insert(fixed(Kind::SnapshotChanges), vec![changes_row(0, "created_schema:\"main\"")]).await.unwrap();
+    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(0, 0, 1, 0)])
+        .await
+        .unwrap();
+    tx.stage_insert(
+        fixed(Kind::SnapshotChanges),
+        vec![changes_row(0, "created_schema:\"main\"")],
+    )
+    .await
+    .unwrap();
     tx.stage_insert(
         fixed(Kind::Metadata),
         vec![
@@ -61,7 +79,15 @@ pub async fn bootstrap(store: &Arc<Store>) {
     .unwrap();
     tx.stage_insert(
         fixed(Kind::Schema),
-        vec![vec![int(0), text("00000000-0000-0000-0000-000000000000"), int(0), NULL, text("main"), text("main/"), Cell::Bool(true)]],
+        vec![vec![
+            int(0),
+            text("00000000-0000-0000-0000-000000000000"),
+            int(0),
+            NULL,
+            text("main"),
+            text("main/"),
+            Cell::Bool(true),
+        ]],
     )
     .await
     .unwrap();
@@ -69,27 +95,92 @@ pub async fn bootstrap(store: &Arc<Store>) {
 }
 
 pub fn table_row(id: i64, begin: i64, name: &str) -> Row {
-    vec![int(id), text("00000000-0000-0000-0000-000000000001"), int(begin), NULL, int(0), text(name), text(&format!("{name}/")), Cell::Bool(true)]
+    vec![
+        int(id),
+        text("00000000-0000-0000-0000-000000000001"),
+        int(begin),
+        NULL,
+        int(0),
+        text(name),
+        text(&format!("{name}/")),
+        Cell::Bool(true),
+    ]
 }
 
 pub fn column_row(column_id: i64, begin: i64, table_id: i64, name: &str) -> Row {
-    vec![int(column_id), int(begin), NULL, int(table_id), int(column_id), text(name), text("int32"), NULL, NULL, Cell::Bool(true), NULL, NULL, NULL]
+    vec![
+        int(column_id),
+        int(begin),
+        NULL,
+        int(table_id),
+        int(column_id),
+        text(name),
+        text("int32"),
+        NULL,
+        NULL,
+        Cell::Bool(true),
+        NULL,
+        NULL,
+        NULL,
+    ]
 }
 
 pub fn data_file_row(id: i64, table_id: i64, begin: i64) -> Row {
     vec![
-        int(id), int(table_id), int(begin), NULL, NULL, text(&format!("f{id}.parquet")), Cell::Bool(true), text("parquet"),
-        int(10), int(1000), int(100), int(0), NULL, NULL, NULL, NULL,
+        int(id),
+        int(table_id),
+        int(begin),
+        NULL,
+        NULL,
+        text(&format!("f{id}.parquet")),
+        Cell::Bool(true),
+        text("parquet"),
+        int(10),
+        int(1000),
+        int(100),
+        int(0),
+        NULL,
+        NULL,
+        NULL,
+        NULL,
     ]
 }
 
 /// A DuckLake commit that creates a table with one column.
-pub async fn create_table(store: &Arc<Store>, snapshot: i64, table_id: i64, name: &str) -> CommitOutcome {
+pub async fn create_table(
+    store: &Arc<Store>,
+    snapshot: i64,
+    table_id: i64,
+    name: &str,
+) -> CommitOutcome {
     let mut tx = StagedTransaction::new(store.clone());
     tx.premise().await.unwrap();
-    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(snapshot, snapshot, table_id + 2, 0)]).await.unwrap();
-    tx.stage_insert(fixed(Kind::Table), vec![table_row(table_id, snapshot, name)]).await.unwrap();
-    tx.stage_insert(fixed(Kind::Column), vec![column_row(table_id + 1, snapshot, table_id, "x")]).await.unwrap();
-    tx.stage_insert(fixed(Kind::SnapshotChanges), vec![changes_row(snapshot, &format!("created_table:\"main\".\"{name}\""))]).await.unwrap();
+    tx.stage_insert(
+        fixed(Kind::Snapshot),
+        vec![snapshot_row(snapshot, snapshot, table_id + 2, 0)],
+    )
+    .await
+    .unwrap();
+    tx.stage_insert(
+        fixed(Kind::Table),
+        vec![table_row(table_id, snapshot, name)],
+    )
+    .await
+    .unwrap();
+    tx.stage_insert(
+        fixed(Kind::Column),
+        vec![column_row(table_id + 1, snapshot, table_id, "x")],
+    )
+    .await
+    .unwrap();
+    tx.stage_insert(
+        fixed(Kind::SnapshotChanges),
+        vec![changes_row(
+            snapshot,
+            &format!("created_table:\"main\".\"{name}\""),
+        )],
+    )
+    .await
+    .unwrap();
     tx.commit().await.unwrap()
 }

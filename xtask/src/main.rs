@@ -525,12 +525,22 @@ fn demo(root: &Path) -> Result<()> {
 /// 1 when there are findings, so it can gate CI.
 fn audit(uri: &str) -> ExitCode {
     let run = || -> std::result::Result<bool, String> {
-        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
         runtime.block_on(async {
             let uri = moraine::store::StoreUri::parse(uri).map_err(|e| e.message())?;
-            let settings = moraine::store::StoreSettings { read_only: true, ..Default::default() };
-            let store = moraine::store::Store::open(&uri, &settings).await.map_err(|e| e.message())?;
-            let report = moraine::reclaim::audit::audit(&store).await.map_err(|e| e.message())?;
+            let settings = moraine::store::StoreSettings {
+                read_only: true,
+                ..Default::default()
+            };
+            let store = moraine::store::Store::open(&uri, &settings)
+                .await
+                .map_err(|e| e.message())?;
+            let report = moraine::reclaim::audit::audit(&store)
+                .await
+                .map_err(|e| e.message())?;
             for [section, item, value, detail] in moraine::reclaim::audit::rows(&report) {
                 println!("{section:<10} {item:<40} {value:>14}  {detail}");
             }
