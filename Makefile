@@ -30,11 +30,15 @@ sqltest:
 e2e:
 	@$(CARGO) xtask e2e $(FILTER)
 
+SHIM := extension/*.cpp extension/*.hpp extension/include/moraine.h
+
 fmt:
 	$(CARGO) fmt --all
+	clang-format -i $(SHIM)
 
 # --release for the extension feature: reuses the release DuckDB build instead of a second one.
 lint:
 	$(CARGO) fmt --all -- --check
+	clang-format --dry-run -Werror $(SHIM)
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --release -p moraine --all-targets --features extension -- -D warnings

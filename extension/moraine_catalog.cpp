@@ -29,8 +29,7 @@ void MoraineCatalog::Initialize(bool load_builtin) {
 }
 
 optional_ptr<CatalogEntry> MoraineCatalog::CreateSchema(CatalogTransaction transaction, CreateSchemaInfo &info) {
-	if (StringUtil::CIEquals(info.schema, DEFAULT_SCHEMA) &&
-	    info.on_conflict != OnCreateConflict::ERROR_ON_CONFLICT) {
+	if (StringUtil::CIEquals(info.schema, DEFAULT_SCHEMA) && info.on_conflict != OnCreateConflict::ERROR_ON_CONFLICT) {
 		return nullptr;
 	}
 	throw NotImplementedException("a moraine catalog has exactly one schema, \"main\"");
@@ -58,8 +57,8 @@ PhysicalOperator &MoraineCatalog::PlanCreateTableAs(ClientContext &context, Phys
 	throw NotImplementedException("CREATE TABLE AS is not supported in a moraine catalog");
 }
 
-PhysicalOperator &MoraineCatalog::PlanInsert(ClientContext &context, PhysicalPlanGenerator &planner,
-                                             LogicalInsert &op, optional_ptr<PhysicalOperator> plan) {
+PhysicalOperator &MoraineCatalog::PlanInsert(ClientContext &context, PhysicalPlanGenerator &planner, LogicalInsert &op,
+                                             optional_ptr<PhysicalOperator> plan) {
 	if (op.return_chunk) {
 		throw NotImplementedException("RETURNING is not supported in a moraine catalog");
 	}
@@ -79,8 +78,8 @@ PhysicalOperator &MoraineCatalog::PlanInsert(ClientContext &context, PhysicalPla
 	return insert;
 }
 
-PhysicalOperator &MoraineCatalog::PlanDelete(ClientContext &context, PhysicalPlanGenerator &planner,
-                                             LogicalDelete &op, PhysicalOperator &plan) {
+PhysicalOperator &MoraineCatalog::PlanDelete(ClientContext &context, PhysicalPlanGenerator &planner, LogicalDelete &op,
+                                             PhysicalOperator &plan) {
 	if (op.return_chunk) {
 		throw NotImplementedException("RETURNING is not supported in a moraine catalog");
 	}
@@ -92,8 +91,8 @@ PhysicalOperator &MoraineCatalog::PlanDelete(ClientContext &context, PhysicalPla
 	return del;
 }
 
-PhysicalOperator &MoraineCatalog::PlanUpdate(ClientContext &context, PhysicalPlanGenerator &planner,
-                                             LogicalUpdate &op, PhysicalOperator &plan) {
+PhysicalOperator &MoraineCatalog::PlanUpdate(ClientContext &context, PhysicalPlanGenerator &planner, LogicalUpdate &op,
+                                             PhysicalOperator &plan) {
 	if (op.return_chunk) {
 		throw NotImplementedException("RETURNING is not supported in a moraine catalog");
 	}

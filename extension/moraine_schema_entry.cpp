@@ -6,8 +6,7 @@
 
 namespace duckdb {
 
-MoraineSchemaEntry::MoraineSchemaEntry(Catalog &catalog, CreateSchemaInfo &info)
-    : SchemaCatalogEntry(catalog, info) {
+MoraineSchemaEntry::MoraineSchemaEntry(Catalog &catalog, CreateSchemaInfo &info) : SchemaCatalogEntry(catalog, info) {
 }
 
 static MoraineTransaction &TransactionOf(CatalogTransaction transaction, Catalog &catalog) {
@@ -76,9 +75,9 @@ void MoraineSchemaEntry::Alter(CatalogTransaction transaction, AlterInfo &info) 
 	throw NotImplementedException("ALTER is not supported in a moraine catalog");
 }
 
-#define MORAINE_UNSUPPORTED_CREATE(METHOD, INFO, WHAT)                                                              \
-	optional_ptr<CatalogEntry> MoraineSchemaEntry::METHOD(CatalogTransaction transaction, INFO &info) {             \
-		throw NotImplementedException("CREATE " WHAT " is not supported in a moraine catalog");                     \
+#define MORAINE_UNSUPPORTED_CREATE(METHOD, INFO, WHAT)                                                                 \
+	optional_ptr<CatalogEntry> MoraineSchemaEntry::METHOD(CatalogTransaction transaction, INFO &info) {                \
+		throw NotImplementedException("CREATE " WHAT " is not supported in a moraine catalog");                        \
 	}
 
 MORAINE_UNSUPPORTED_CREATE(CreateFunction, CreateFunctionInfo, "FUNCTION")

@@ -33,7 +33,13 @@ enum {
 };
 
 // Cell kinds.
-enum { MORAINE_CELL_NULL = 0, MORAINE_CELL_INT = 1, MORAINE_CELL_BOOL = 2, MORAINE_CELL_TEXT = 3, MORAINE_CELL_BLOB = 4 };
+enum {
+	MORAINE_CELL_NULL = 0,
+	MORAINE_CELL_INT = 1,
+	MORAINE_CELL_BOOL = 2,
+	MORAINE_CELL_TEXT = 3,
+	MORAINE_CELL_BLOB = 4
+};
 
 // Column transfer classes (crate::catalog::Transfer).
 enum {
@@ -78,8 +84,8 @@ const char *moraine_strings_get(MoraineStrings *list, size_t i);
 void moraine_strings_free(MoraineStrings *list);
 
 int32_t moraine_txn_create_table(MoraineTxn *txn, const char *name, size_t column_count,
-                                 const char *const *column_names, const char *const *column_types,
-                                 bool if_not_exists, char **err);
+                                 const char *const *column_names, const char *const *column_types, bool if_not_exists,
+                                 char **err);
 int32_t moraine_txn_drop_table(MoraineTxn *txn, const char *name, bool if_exists, char **err);
 
 int32_t moraine_txn_scan(MoraineTxn *txn, const char *name, MoraineScan **scan_out, char **err);
@@ -92,8 +98,8 @@ void moraine_scan_free(MoraineScan *scan);
 int32_t moraine_txn_insert(MoraineTxn *txn, const char *name, size_t row_count, size_t column_count,
                            const MoraineCell *row_cells, char **err);
 int32_t moraine_txn_delete(MoraineTxn *txn, const char *name, size_t count, const int64_t *rowids, char **err);
-int32_t moraine_txn_update(MoraineTxn *txn, const char *name, size_t count, const int64_t *rowids,
-                           size_t column_count, const size_t *columns, const MoraineCell *row_cells, char **err);
+int32_t moraine_txn_update(MoraineTxn *txn, const char *name, size_t count, const int64_t *rowids, size_t column_count,
+                           const size_t *columns, const MoraineCell *row_cells, char **err);
 
 typedef struct MoraineReclaimReport {
 	uint64_t bytes_before;
