@@ -23,3 +23,23 @@ def test_moraine_refused_without_unsigned():
     r = harness.run_cli("SELECT 1;", unsigned=False)
     assert r.rc != 0, r.stdout
     assert "moraine" in r.stderr, r.stderr
+
+
+def test_footer_names_a_version_duckdb_checks(tmp):
+    """DuckDB 1.5.5 loads the artifact because its footer says CPP / v1.5.5 / linux_amd64; the same bytes with the
+    footer's DuckDB version changed are refused with DuckDB's own version-mismatch error, which is what any other
+    DuckDB version does with the real artifact."""
+    import os
+    harness.require_extension("moraine")
+    artifact = os.path.join(harness.ROOT, "build", "moraine.duckdb_extension")
+    with open(artifact, "rb") as f:
+        data = bytearray(f.read())
+    field = data[-352:-320]
+    assert field.rstrip(b"\0") == b"v1.5.5", field
+    data[-352:-320] = b"v1.5.4".ljust(32, b"\0")
+    other = os.path.join(tmp, "moraine.duckdb_extension")
+    with open(other, "wb") as f:
+        f.write(bytes(data))
+    r = harness.run_cli("LOAD '%s';" % other, load=("ducklake",))
+    assert r.rc != 0, r.stdout
+    assert "v1.5.4" in r.stderr and "v1.5.5" in r.stderr, r.stderr

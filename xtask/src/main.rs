@@ -52,6 +52,7 @@ fn main() -> ExitCode {
         Some("e2e") => e2e(&root, args.get(1).map(String::as_str)).and_then(Counts::into_result),
         Some("test") => return test_all(&root),
         Some("demo") => demo(&root),
+        Some("bench") => bench(&root, &args[1..]),
         Some("audit") => match args.get(1) {
             Some(uri) => return audit(uri),
             None => Err("usage: cargo xtask audit STORE_URI".to_string()),
@@ -390,6 +391,16 @@ fn e2e(root: &Path, filter: Option<&str>) -> Result<Counts> {
         args.push(f);
     }
     run_python_runner(root, &args)
+}
+
+/// `cargo xtask bench [--scale small|medium|large]`: moraine against
+/// DuckLake's DuckDB-file, SQLite and PostgreSQL catalogs in one run.
+fn bench(root: &Path, args: &[String]) -> Result<()> {
+    setup(root)?;
+    build(root)?;
+    let mut cmd = Command::new(paths::venv_python(root));
+    cmd.arg("benches/bench.py").args(args).current_dir(root);
+    run(&mut cmd)
 }
 
 fn cargo_test(root: &Path) -> Result<Counts> {

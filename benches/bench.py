@@ -1,0 +1,253 @@
+"""moraine against DuckLake's own catalogs, side by side in one run (`cargo xtask bench --scale small`).
+
+Every back-end runs the same statements through the same official DuckDB 1.5.5 Python module with the real
+DuckLake extension. Back-ends are interleaved within each repetition; the report gives median, min and max, a
+ratio column (moraine / peer), and writes JSON under target/bench/."""
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+import harness  # noqa: E402
+
+SCALES = {
+    "small": {"reps": 3, "commits": 50, "history": [100, 300], "files": [100], "parquet_rows": 1000},
+    "medium": {"reps": 5, "commits": 200, "history": [100, 1000], "files": [100, 1000], "parquet_rows": 1000},
+    "large": {"reps": 5, "commits": 500, "history": [100, 1000, 5000], "files": [100, 1000], "parquet_rows": 1000},
+}
+
+
+class Postgres:
+    """A throwaway PostgreSQL server on a loopback port in a temporary directory."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="moraine-bench-pg-")
+        os.chmod(self.dir, 0o777)
+        self.bin = self._find_bin()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        data = os.path.join(self.dir, "pgdata")
+        self._as_postgres([os.path.join(self.bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust",
+                           "-E", "UTF8", "--no-locale"])
+        with open(os.path.join(data, "postgresql.conf"), "a") as f:
+            f.write("listen_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = '%s'\nfsync = off\n"
+                    % (self.port, self.dir))
+        self._as_postgres([os.path.join(self.bin, "pg_ctl"), "-D", data, "-l", os.path.join(self.dir, "log"),
+                           "-w", "start"])
+        self.data = data
+        self.dbs = 0
+
+    @staticmethod
+    def _find_bin():
+        base = "/usr/lib/postgresql"
+        if not os.path.isdir(base):
+            subprocess.run(["apt-get", "install", "-y", "-q", "postgresql"], check=True, capture_output=True)
+        versions = sorted(os.listdir(base))
+        return os.path.join(base, versions[-1], "bin")
+
+    def _as_postgres(self, cmd):
+        if os.geteuid() == 0:
+            cmd = ["runuser", "-u", "postgres", "--"] + cmd
+        subprocess.run(cmd, check=True, capture_output=True, cwd=self.dir)
+
+    def new_database(self):
+        self.dbs += 1
+        name = "lake%d" % self.dbs
+        self._as_postgres([os.path.join(self.bin, "createdb"), "-h", "127.0.0.1", "-p", str(self.port),
+                           "-U", "postgres", name])
+        return "host=127.0.0.1 port=%d dbname=%s user=postgres" % (self.port, name)
+
+    def stop(self):
+        try:
+            self._as_postgres([os.path.join(self.bin, "pg_ctl"), "-D", self.data, "-m", "fast", "stop"])
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Backend:
+    def __init__(self, name, extensions, attach_for):
+        self.name = name
+        self.extensions = extensions
+        self.attach_for = attach_for  # tmp dir -> ATTACH statement
+
+    def connect(self, tmp):
+        con = harness.connect(load=self.extensions)
+        con.execute("SET threads=1")
+        con.execute(self.attach_for(tmp))
+        con.execute("USE lake")
+        return con
+
+
+def backends(pg):
+    out = [
+        Backend("moraine", ("ducklake", "moraine"),
+                lambda t: "ATTACH 'ducklake:moraine:%s/catalog' AS lake (DATA_PATH '%s/data/')" % (t, t)),
+        Backend("duckdb", ("ducklake",),
+                lambda t: "ATTACH 'ducklake:%s/meta.ducklake' AS lake (DATA_PATH '%s/data/')" % (t, t)),
+        Backend("sqlite", ("ducklake", "sqlite_scanner"),
+                lambda t: "ATTACH 'ducklake:sqlite:%s/meta.sqlite' AS lake (DATA_PATH '%s/data/')" % (t, t)),
+    ]
+    if pg:
+        def pg_attach(t):
+            return "ATTACH 'ducklake:postgres:%s' AS lake (DATA_PATH '%s/data/')" % (pg.new_database(), t)
+        out.append(Backend("postgres", ("ducklake", "postgres_scanner"), pg_attach))
+    return out
+
+
+def timed(f):
+    t = time.perf_counter()
+    f()
+    return (time.perf_counter() - t) * 1000.0
+
+
+def catalog_bytes(tmp):
+    total = 0
+    for root, _, files in os.walk(tmp):
+        if os.sep + "data" in root:
+            continue
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    return total
+
+
+def make_history(con, h):
+    con.execute("CREATE TABLE IF NOT EXISTS h (id INTEGER)")
+    for i in range(h):
+        con.execute("INSERT INTO h VALUES (%d)" % i)
+
+
+def run_workloads(backend, scale, tmp_root):
+    """One repetition of every workload on one back-end: {metric: milliseconds (or bytes)}."""
+    out = {}
+
+    def fresh():
+        return tempfile.mkdtemp(dir=tmp_root)
+
+    t = fresh()
+    con = backend.connect(t)
+    con.execute("CREATE TABLE s (id INTEGER)")
+    lat = [timed(lambda i=i: con.execute("INSERT INTO s VALUES (%d)" % i)) for i in range(scale["commits"])]
+    out["small_commits.median_ms"] = statistics.median(lat)
+    out["small_commits.p95_ms"] = sorted(lat)[int(len(lat) * 0.95) - 1]
+    con.close()
+
+    t = fresh()
+    con = backend.connect(t)
+    con.execute("CREATE TABLE p (id INTEGER, v VARCHAR)")
+    n = scale["parquet_rows"]
+    lat = [timed(lambda i=i: con.execute("INSERT INTO p SELECT i, 'v' || i FROM range(%d, %d) t(i)"
+                                         % (i * n, (i + 1) * n))) for i in range(max(10, scale["commits"] // 5))]
+    out["parquet_commits.median_ms"] = statistics.median(lat)
+    con.close()
+
+    for h in scale["history"]:
+        t = fresh()
+        con = backend.connect(t)
+        make_history(con, h)
+        out["store_bytes.after_%d_commits" % h] = catalog_bytes(t)
+        con.close()
+        start = time.perf_counter()
+        con = backend.connect(t)
+        con.execute("SELECT count(*) FROM h").fetchall()
+        out["history_attach.h%d_ms" % h] = (time.perf_counter() - start) * 1000.0
+        out["expire_cleanup.expire_h%d_ms" % h] = timed(
+            lambda: con.execute("CALL ducklake_expire_snapshots('lake', older_than => now())").fetchall())
+        out["expire_cleanup.cleanup_h%d_ms" % h] = timed(
+            lambda: con.execute("CALL ducklake_cleanup_old_files('lake', cleanup_all => true)").fetchall())
+        if backend.name == "moraine":
+            con.execute("SELECT * FROM moraine_reclaim('lake')").fetchall()
+        out["store_bytes.after_expiry_h%d" % h] = catalog_bytes(t)
+        con.close()
+
+    for f in scale["files"]:
+        t = fresh()
+        con = backend.connect(t)
+        con.execute("CREATE TABLE w (id INTEGER)")
+        for i in range(f):
+            con.execute("INSERT INTO w SELECT i FROM range(%d, %d) t(i)" % (i * 20, i * 20 + 20))
+        out["wide_read.scan_f%d_ms" % f] = timed(lambda: con.execute("SELECT count(*), sum(id) FROM w").fetchall())
+        out["wide_read.snapshots_f%d_ms" % f] = timed(
+            lambda: con.execute("SELECT count(*) FROM ducklake_snapshots('lake')").fetchall())
+        con.close()
+    return out
+
+
+def main(argv):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scale", default="small", choices=sorted(SCALES))
+    ap.add_argument("--out", default=os.path.join(harness.ROOT, "target", "bench"))
+    args = ap.parse_args(argv)
+    scale = SCALES[args.scale]
+    skipped = {}
+    pg = None
+    try:
+        pg = Postgres()
+    except Exception as e:  # noqa: BLE001 - reported, not fatal
+        skipped["postgres"] = "could not start a throwaway PostgreSQL: %s" % e
+    tmp_root = tempfile.mkdtemp(prefix="moraine-bench-")
+    results = {}
+    try:
+        for rep in range(scale["reps"]):
+            for backend in backends(pg):
+                if backend.name in skipped:
+                    continue
+                try:
+                    for metric, value in run_workloads(backend, scale, tmp_root).items():
+                        results.setdefault(metric, {}).setdefault(backend.name, []).append(value)
+                except Exception as e:  # noqa: BLE001
+                    skipped[backend.name] = "failed: %s" % str(e).splitlines()[0]
+            print("repetition %d/%d done" % (rep + 1, scale["reps"]), flush=True)
+    finally:
+        if pg:
+            pg.stop()
+        shutil.rmtree(tmp_root, ignore_errors=True)
+    import duckdb
+    peers = [b for b in ("duckdb", "sqlite", "postgres") if b not in skipped]
+    print("\nDuckDB %s, DuckLake d8a1881e, moraine %s, scale %s, %d repetitions (median [min-max])"
+          % (duckdb.__version__, harness_version(), args.scale, scale["reps"]))
+    header = "%-34s %22s" % ("metric", "moraine") + "".join("%22s %9s" % (p, "ratio") for p in peers)
+    print(header)
+    report = {}
+    for metric in sorted(results):
+        row = results[metric]
+        summary = {b: {"median": statistics.median(v), "min": min(v), "max": max(v)} for b, v in row.items()}
+        report[metric] = summary
+        m = summary.get("moraine")
+        line = "%-34s %22s" % (metric, fmt(m))
+        for p in peers:
+            s = summary.get(p)
+            ratio = (m["median"] / s["median"]) if (m and s and s["median"]) else float("nan")
+            line += "%22s %9.2f" % (fmt(s), ratio)
+        print(line)
+    for name, why in skipped.items():
+        print("skipped %s: %s" % (name, why))
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "bench-%s.json" % args.scale)
+    with open(path, "w") as f:
+        json.dump({"duckdb": duckdb.__version__, "ducklake": "d8a1881e", "moraine": harness_version(),
+                   "scale": args.scale, "skipped": skipped, "results": report}, f, indent=1)
+    print("wrote %s" % path)
+    return 0
+
+
+def harness_version():
+    con = harness.connect()
+    return con.execute("SELECT moraine_version()").fetchone()[0]
+
+
+def fmt(s):
+    if not s:
+        return "-"
+    return "%.1f [%.1f-%.1f]" % (s["median"], s["min"], s["max"])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
