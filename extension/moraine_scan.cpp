@@ -54,9 +54,15 @@ static void MoraineScanExecute(ClientContext &context, TableFunctionInput &input
 	output.SetCardinality(count);
 }
 
+//! Names the table behind a scan, which DuckDB needs to bind UPDATE and DELETE.
+static BindInfo MoraineScanBindInfo(const optional_ptr<FunctionData> bind_data) {
+	return BindInfo(bind_data->Cast<MoraineScanBindData>().table);
+}
+
 TableFunction MoraineScanFunction() {
 	TableFunction function("moraine_scan", {}, MoraineScanExecute, nullptr, MoraineScanInit);
 	function.projection_pushdown = true;
+	function.get_bind_info = MoraineScanBindInfo;
 	return function;
 }
 

@@ -16,5 +16,10 @@ pub mod store;
 
 pub use error::{Error, Result};
 
+// The shim's C++ objects call into DuckDB; nothing in Rust does, so the
+// dependency must be named for rustc to link the static DuckDB at all.
+#[cfg(feature = "extension")]
+use libduckdb_sys as _;
+
 /// The crate version, stamped into the extension footer and `moraine_version()`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
