@@ -153,6 +153,10 @@ def _mask_row(table, names, types, row, side):
             out.append("<timestamp>")
         elif table == "ducklake_metadata" and name == "value" and key in MASKED_METADATA_KEYS:
             out.append("<%s>" % key)
+        elif table == "ducklake_delete_file" and name == "file_size_bytes":
+            # A delete file stores its data file's path, whose random UUID compresses differently on each
+            # side: DuckLake's Parquet bytes, not a catalog value.
+            out.append("<bytes>")
         elif table in PATH_TABLES and name == "path":
             out.append(UUID_RE.sub("<uuid>", _norm_value(v, side)))
         else:

@@ -98,6 +98,7 @@ def test_store_inside_data_path_survives_orphan_cleanup(tmp):
                 % (data, data))
     con.execute("USE lake")
     build_history(con)
+    con.execute("USE memory")
     con.execute("DETACH lake")
     store = os.path.join(data, "catalog")
 
@@ -112,6 +113,7 @@ def test_store_inside_data_path_survives_orphan_cleanup(tmp):
 
     before = digest()
     con.execute("ATTACH 'ducklake:moraine:%s/catalog' AS lake (DATA_PATH '%s/', READ_ONLY)" % (data, data))
+    assert con.execute("SELECT count(*) FROM lake.items").fetchone()[0] == 50
     con.execute("DETACH lake")
     con.execute("ATTACH 'ducklake:moraine:%s/catalog' AS lake (DATA_PATH '%s/')" % (data, data))
     removed = [r[0] for r in con.execute("CALL ducklake_delete_orphaned_files('lake', cleanup_all => true)").fetchall()]

@@ -94,7 +94,12 @@ void FillVector(MoraineScan *scan, idx_t column, uint8_t transfer, idx_t offset,
 		size_t len = 0;
 		auto kind = moraine_scan_cell(scan, offset + i, column, &int_value, &ptr, &len);
 		if (kind == MORAINE_CELL_NULL) {
-			validity.SetInvalid(i);
+			if (transfer == MORAINE_TRANSFER_VALUE) {
+				// A typed NULL also invalidates the children of nested types.
+				out.SetValue(i, Value(out.GetType()));
+			} else {
+				validity.SetInvalid(i);
+			}
 			continue;
 		}
 		switch (transfer) {
