@@ -143,3 +143,19 @@ def test_nested_types_inlining_matches_file_catalog(tmp):
     out = same(tmp, NESTED_STREAM)
     # the stream really exercised inlining: no Parquet file was written
     assert out.ref_results[-1][1] == [(0,)], out.ref_results[-1]
+
+
+def test_expiry_and_cleanup_leave_the_same_catalog(tmp):
+    """RFC 0007: after the same workload and the same expiry (interior versions, so the set is deterministic)
+    and cleanup, every ducklake_* table holds the same rows on both catalogs."""
+    same(tmp, WALKTHROUGH[:8] + [
+        "CALL ducklake_merge_adjacent_files('lake')",
+        "SELECT snapshot_id FROM ducklake_expire_snapshots('lake', versions => [1, 2, 3, 5]) ORDER BY 1",
+        "SELECT snapshot_id FROM ducklake_snapshots('lake') ORDER BY snapshot_id",
+        "SELECT count(*) FROM ducklake_cleanup_old_files('lake', cleanup_all => true)",
+        "SELECT * FROM items ORDER BY id",
+        "DROP TABLE items",
+        "SELECT snapshot_id FROM ducklake_expire_snapshots('lake', versions => [4, 6, 7, 8]) ORDER BY 1",
+        "SELECT count(*) FROM ducklake_cleanup_old_files('lake', cleanup_all => true)",
+        "SELECT snapshot_id FROM ducklake_snapshots('lake') ORDER BY snapshot_id",
+    ])
