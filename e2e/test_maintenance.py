@@ -141,3 +141,20 @@ def test_merge_adjacent_then_expire_then_cleanup_keeps_rows_and_row_ids(tmp):
     assert sorted(con.execute("SELECT rowid, id FROM m").fetchall()) == rows_before
     files_after = parquet_files(os.path.join(tmp, "data"))
     assert len(files_after) == 1 and not set(files_after) & set(files_before), (files_before, files_after)
+
+
+def test_rewrite_data_files_keeps_rows_row_ids_and_time_travel(tmp):
+    con = open_lake(tmp)
+    con.execute("CREATE TABLE r (id INTEGER)")
+    con.execute("INSERT INTO r SELECT i FROM range(0, 40) t(i)")
+    con.execute("DELETE FROM r WHERE id % 4 = 0")
+    before_version = snapshots(con)[-1]
+    rows_before = sorted(con.execute("SELECT rowid, id FROM r").fetchall())
+    rewritten = con.execute("CALL ducklake_rewrite_data_files('lake', delete_threshold => 0)").fetchall()
+    assert rewritten, "rewrite_data_files must rewrite the file with deletes"
+    assert sorted(con.execute("SELECT rowid, id FROM r").fetchall()) == rows_before
+    assert sorted(con.execute("SELECT rowid, id FROM r AT (VERSION => %d)" % before_version).fetchall()) \
+        == rows_before
+    con.execute("CALL ducklake_expire_snapshots('lake', older_than => now())")
+    con.execute("CALL ducklake_cleanup_old_files('lake', cleanup_all => true)")
+    assert sorted(con.execute("SELECT rowid, id FROM r").fetchall()) == rows_before

@@ -415,3 +415,34 @@ async fn reclaim_declarations_match_what_expiry_and_cleanup_remove() {
         "only the head snapshot survives"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_schema_versions_are_floored_at_the_oldest_data_file() {
+    let store = memory_store("floor").await;
+    history(&store).await; // table 1's files begin at 2, 3 and 4
+                           // Simulate a store that lost the row DuckLake wrote at snapshot 1 and
+                           // knows only a later one.
+    let mut tx = StagedTransaction::new(store.clone());
+    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(5, 2, 3, 13)])
+        .await
+        .unwrap();
+    tx.stage_insert(
+        fixed(Kind::SchemaVersions),
+        vec![vec![int(3), int(2), int(1)]],
+    )
+    .await
+    .unwrap();
+    tx.stage_insert(
+        fixed(Kind::SnapshotChanges),
+        vec![changes_row(5, "altered_table:1")],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let mut reader = StagedTransaction::new(store.clone());
+    let rows = reader
+        .visible_rows(fixed(Kind::SchemaVersions))
+        .await
+        .unwrap();
+    assert!(rows.contains(&vec![int(2), int(2), int(1)]), "{rows:?}");
+}

@@ -406,3 +406,41 @@ pub async fn dump_at(store: &Store, at: i64) -> Result<Dump> {
         tables,
     })
 }
+
+/// Repairs `ducklake_schema_versions` for a store that lost rows to an
+/// older expiry: a table whose oldest data file predates its oldest known
+/// schema version gets a floor row at that file's begin snapshot, carrying
+/// the oldest schema version still known. DuckLake's compaction planner
+/// needs every file to resolve the schema version it was written under.
+pub fn repair_schema_versions(rows: &mut Vec<Row>, data_files: &[Row]) {
+    use std::collections::BTreeMap;
+    let mut oldest_file: BTreeMap<i64, i64> = BTreeMap::new();
+    for file in data_files {
+        if let (Some(table), Some(begin)) = (file[1].as_int(), file[2].as_int()) {
+            let slot = oldest_file.entry(table).or_insert(begin);
+            *slot = (*slot).min(begin);
+        }
+    }
+    let mut oldest_known: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    for row in rows.iter() {
+        if let (Some(begin), Some(version), Some(table)) =
+            (row[0].as_int(), row[1].as_int(), row[2].as_int())
+        {
+            let slot = oldest_known.entry(table).or_insert((begin, version));
+            if begin < slot.0 {
+                *slot = (begin, version);
+            }
+        }
+    }
+    for (table, file_begin) in oldest_file {
+        if let Some((known_begin, version)) = oldest_known.get(&table) {
+            if file_begin < *known_begin {
+                rows.push(vec![
+                    Cell::Int(file_begin),
+                    Cell::Int(*version),
+                    Cell::Int(table),
+                ]);
+            }
+        }
+    }
+}

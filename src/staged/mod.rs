@@ -318,6 +318,16 @@ impl StagedTransaction {
     /// The rows a scan of `table` sees now: committed rows with this
     /// transaction's staged operations applied.
     pub async fn visible_rows(&mut self, table: TableRef) -> Result<Arc<Vec<Row>>> {
+        if table == TableRef::Fixed(Kind::SchemaVersions) {
+            let mut rows = self.overlaid(table).await?.as_ref().clone();
+            let files = self.overlaid(TableRef::Fixed(Kind::DataFile)).await?;
+            catalog::repair_schema_versions(&mut rows, &files);
+            return Ok(Arc::new(rows));
+        }
+        self.overlaid(table).await
+    }
+
+    async fn overlaid(&mut self, table: TableRef) -> Result<Arc<Vec<Row>>> {
         let committed = self.committed(table).await?;
         if !self.ops.iter().any(|op| overlay::affects(op, table)) {
             return Ok(committed);
