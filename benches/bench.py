@@ -97,8 +97,13 @@ def backends(pg):
                 lambda t: "ATTACH 'ducklake:sqlite:%s/meta.sqlite' AS lake (DATA_PATH '%s/data/')" % (t, t)),
     ]
     if pg:
+        databases = {}
+
         def pg_attach(t):
-            return "ATTACH 'ducklake:postgres:%s' AS lake (DATA_PATH '%s/data/')" % (pg.new_database(), t)
+            # One database per lake directory, so a re-attach finds the same catalog.
+            if t not in databases:
+                databases[t] = pg.new_database()
+            return "ATTACH 'ducklake:postgres:%s' AS lake (DATA_PATH '%s/data/')" % (databases[t], t)
         out.append(Backend("postgres", ("ducklake", "postgres_scanner"), pg_attach))
     return out
 
@@ -213,7 +218,7 @@ def main(argv):
     peers = [b for b in ("duckdb", "sqlite", "postgres") if b not in skipped]
     print("\nDuckDB %s, DuckLake d8a1881e, moraine %s, scale %s, %d repetitions (median [min-max])"
           % (duckdb.__version__, harness_version(), args.scale, scale["reps"]))
-    header = "%-34s %22s" % ("metric", "moraine") + "".join("%22s %9s" % (p, "ratio") for p in peers)
+    header = "%-34s %26s" % ("metric", "moraine") + "".join("%26s %7s" % (p, "ratio") for p in peers)
     print(header)
     report = {}
     for metric in sorted(results):
@@ -221,11 +226,11 @@ def main(argv):
         summary = {b: {"median": statistics.median(v), "min": min(v), "max": max(v)} for b, v in row.items()}
         report[metric] = summary
         m = summary.get("moraine")
-        line = "%-34s %22s" % (metric, fmt(m))
+        line = "%-34s %26s" % (metric, fmt(m))
         for p in peers:
             s = summary.get(p)
             ratio = (m["median"] / s["median"]) if (m and s and s["median"]) else float("nan")
-            line += "%22s %9.2f" % (fmt(s), ratio)
+            line += "%26s %7.2f" % (fmt(s), ratio)
         print(line)
     for name, why in skipped.items():
         print("skipped %s: %s" % (name, why))
@@ -246,7 +251,8 @@ def harness_version():
 def fmt(s):
     if not s:
         return "-"
-    return "%.1f [%.1f-%.1f]" % (s["median"], s["min"], s["max"])
+    return "%.1f [%.1f-%.1f]" % (s["median"], s["min"], s["max"]) if s["max"] < 10000 else \
+        "%d [%d-%d]" % (s["median"], s["min"], s["max"])
 
 
 if __name__ == "__main__":
