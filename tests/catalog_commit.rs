@@ -199,5 +199,8 @@ async fn reopen_after_a_crash_replays_exactly_the_acknowledged_commits() {
     let store = local_store(dir.path()).await;
     let dump = catalog::dump_head(&store).await.unwrap();
     assert_eq!(dump.head.snapshot_id, 1);
-    assert_eq!(dump.tables[&Kind::Table], vec![table_row(1, 1, "acknowledged")]);
+    assert_eq!(
+        dump.tables[&Kind::Table],
+        vec![table_row(1, 1, "acknowledged")]
+    );
 }

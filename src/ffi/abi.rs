@@ -112,6 +112,16 @@ fn lock(txn: &MoraineTxn) -> Result<std::sync::MutexGuard<'_, StagedTransaction>
         .map_err(|_| Error::Internal("transaction state poisoned by an earlier panic".into()))
 }
 
+/// Runs one operation of a transaction's staged state to completion.
+fn on_staged<R>(
+    txn: *mut MoraineTxn,
+    op: impl AsyncFnOnce(&mut StagedTransaction) -> Result<R>,
+) -> Result<R> {
+    let txn = handle(txn, "transaction")?;
+    let mut staged = lock(txn)?;
+    block_on(op(&mut staged))?
+}
+
 fn table_ref(name: &str) -> Result<TableRef> {
     TableRef::parse(name)
         .ok_or_else(|| Error::NotFound(format!("table {name} is not a DuckLake metadata table")))
@@ -238,9 +248,7 @@ pub extern "C" fn moraine_txn_begin(
 #[no_mangle]
 pub extern "C" fn moraine_txn_commit(txn: *mut MoraineTxn, err: *mut *mut c_char) -> i32 {
     guarded(err, || {
-        let txn = handle(txn, "transaction")?;
-        let mut staged = lock(txn)?;
-        block_on(staged.commit())?.map(|_| ())
+        on_staged(txn, async |s| s.commit().await).map(|_| ())
     })
 }
 
@@ -281,9 +289,8 @@ pub extern "C" fn moraine_txn_lookup(
     err: *mut *mut c_char,
 ) -> i32 {
     guarded(err, || {
-        let txn = handle(txn, "transaction")?;
         let name = text(name, "table name")?;
-        let info = block_on(lock(txn)?.lookup(name))??;
+        let info = on_staged(txn, async |s| s.lookup(name).await)?;
         match info {
             Some(info) => out(desc_out, describe(info)?),
             None => {
@@ -348,8 +355,7 @@ pub extern "C" fn moraine_txn_list_tables(
     err: *mut *mut c_char,
 ) -> i32 {
     guarded(err, || {
-        let txn = handle(txn, "transaction")?;
-        let names = block_on(lock(txn)?.list_tables())??;
+        let names = on_staged(txn, async |s| s.list_tables().await)?;
         let items = names
             .into_iter()
             .filter_map(|n| CString::new(n).ok())
@@ -388,7 +394,6 @@ pub extern "C" fn moraine_txn_create_table(
     err: *mut *mut c_char,
 ) -> i32 {
     guarded(err, || {
-        let txn = handle(txn, "transaction")?;
         let name = text(name, "table name")?;
         let mut columns = Vec::with_capacity(column_count);
         for i in 0..column_count {
@@ -408,7 +413,9 @@ pub extern "C" fn moraine_txn_create_table(
             desc.type_name = type_name;
             columns.push(desc);
         }
-        block_on(lock(txn)?.create_table(name, columns, if_not_exists))?
+        on_staged(txn, async |s| {
+            s.create_table(name, columns, if_not_exists).await
+        })
     })
 }
 
@@ -420,9 +427,8 @@ pub extern "C" fn moraine_txn_drop_table(
     err: *mut *mut c_char,
 ) -> i32 {
     guarded(err, || {
-        let txn = handle(txn, "transaction")?;
         let name = text(name, "table name")?;
-        block_on(lock(txn)?.drop_table(name, if_exists))?
+        on_staged(txn, async |s| s.drop_table(name, if_exists).await)
     })
 }
 
@@ -435,9 +441,8 @@ pub extern "C" fn moraine_txn_scan(
     err: *mut *mut c_char,
 ) -> i32 {
     guarded(err, || {
-        let txn = handle(txn, "transaction")?;
         let table = table_ref(text(name, "table name")?)?;
-        let (base, rows) = block_on(lock(txn)?.scan(table))??;
+        let (base, rows) = on_staged(txn, async |s| s.scan(table).await)?;
         out(scan_out, MoraineScan { base, rows })
     })
 }
@@ -514,14 +519,13 @@ pub extern "C" fn moraine_txn_insert(
     err: *mut *mut c_char,
 ) -> i32 {
     guarded(err, || {
-        let txn = handle(txn, "transaction")?;
         let table = table_ref(text(name, "table name")?)?;
         let flat = cells(row_cells, row_count * column_count)?;
         let rows: Vec<Row> = flat
             .chunks(column_count.max(1))
             .map(<[Cell]>::to_vec)
             .collect();
-        block_on(lock(txn)?.stage_insert(table, rows))?
+        on_staged(txn, async |s| s.stage_insert(table, rows).await)
     })
 }
 
@@ -534,10 +538,9 @@ pub extern "C" fn moraine_txn_delete(
     err: *mut *mut c_char,
 ) -> i32 {
     guarded(err, || {
-        let txn = handle(txn, "transaction")?;
         let table = table_ref(text(name, "table name")?)?;
         let ids = slice(rowids, count)?;
-        block_on(lock(txn)?.stage_delete(table, ids))?
+        on_staged(txn, async |s| s.stage_delete(table, ids).await)
     })
 }
 
@@ -554,7 +557,6 @@ pub extern "C" fn moraine_txn_update(
     err: *mut *mut c_char,
 ) -> i32 {
     guarded(err, || {
-        let txn = handle(txn, "transaction")?;
         let table = table_ref(text(name, "table name")?)?;
         let ids = slice(rowids, count)?;
         let cols = slice(columns, column_count)?;
@@ -568,7 +570,9 @@ pub extern "C" fn moraine_txn_update(
         } else {
             values
         };
-        block_on(lock(txn)?.stage_update(table, ids, cols, values))?
+        on_staged(txn, async |s| {
+            s.stage_update(table, ids, cols, values).await
+        })
     })
 }
 

@@ -155,32 +155,30 @@ pub async fn create_table(
 ) -> CommitOutcome {
     let mut tx = StagedTransaction::new(store.clone());
     tx.premise().await.unwrap();
-    tx.stage_insert(
-        fixed(Kind::Snapshot),
-        vec![snapshot_row(snapshot, snapshot, table_id + 2, 0)],
+    stage(
+        &mut tx,
+        Kind::Snapshot,
+        snapshot_row(snapshot, snapshot, table_id + 2, 0),
     )
-    .await
-    .unwrap();
-    tx.stage_insert(
-        fixed(Kind::Table),
-        vec![table_row(table_id, snapshot, name)],
+    .await;
+    stage(&mut tx, Kind::Table, table_row(table_id, snapshot, name)).await;
+    stage(
+        &mut tx,
+        Kind::Column,
+        column_row(table_id + 1, snapshot, table_id, "x"),
     )
-    .await
-    .unwrap();
-    tx.stage_insert(
-        fixed(Kind::Column),
-        vec![column_row(table_id + 1, snapshot, table_id, "x")],
+    .await;
+    let changes = format!("created_table:\"main\".\"{name}\"");
+    stage(
+        &mut tx,
+        Kind::SnapshotChanges,
+        changes_row(snapshot, &changes),
     )
-    .await
-    .unwrap();
-    tx.stage_insert(
-        fixed(Kind::SnapshotChanges),
-        vec![changes_row(
-            snapshot,
-            &format!("created_table:\"main\".\"{name}\""),
-        )],
-    )
-    .await
-    .unwrap();
+    .await;
     tx.commit().await.unwrap()
+}
+
+/// Stages one DuckLake row insert.
+pub async fn stage(tx: &mut StagedTransaction, kind: Kind, row: Row) {
+    tx.stage_insert(fixed(kind), vec![row]).await.unwrap();
 }
