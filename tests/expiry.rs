@@ -252,28 +252,9 @@ const INLINED: &str = "ducklake_inlined_data_1_1";
 async fn inline_history(store: &StoreRef) {
     bootstrap(store).await;
     for (snapshot, rows) in [(1, (0..6).collect::<Vec<_>>()), (2, vec![6, 7])] {
-        let mut tx = StagedTransaction::new(store.clone());
-        if snapshot == 1 {
-            tx.create_table(INLINED, inline_columns(), true)
-                .await
-                .unwrap();
-        }
-        tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(snapshot, 1, 2, 0)])
-            .await
-            .unwrap();
-        tx.stage_insert(
-            TableRef::parse(INLINED).unwrap(),
-            rows.iter().map(|r| inline_row(*r, snapshot)).collect(),
-        )
-        .await
-        .unwrap();
-        tx.stage_insert(
-            fixed(Kind::SnapshotChanges),
-            vec![changes_row(snapshot, "inlined_insert:1")],
-        )
-        .await
-        .unwrap();
-        tx.commit().await.unwrap();
+        let create = (snapshot == 1).then(inline_columns);
+        let rows = rows.iter().map(|r| inline_row(*r, snapshot)).collect();
+        commit_inline_rows(store, INLINED, create, snapshot, rows).await;
     }
 }
 

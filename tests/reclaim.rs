@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use moraine::catalog::{Cell, ColumnDesc, Kind, TableRef, Transfer};
+use moraine::catalog::{Cell, ColumnDesc, Kind, Transfer};
 use moraine::reclaim::{self, audit};
 use moraine::staged::StagedTransaction;
 use moraine::store::{Store, StoreSettings, StoreUri};
@@ -33,15 +33,6 @@ async fn dropped_inline_data_is_reclaimed_on_the_local_filesystem() {
         transfer: Transfer::Value,
     });
     for snapshot in 1..=60 {
-        let mut tx = StagedTransaction::new(store.clone());
-        if snapshot == 1 {
-            tx.create_table(table, columns.clone(), false)
-                .await
-                .unwrap();
-        }
-        tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(snapshot, 1, 2, 0)])
-            .await
-            .unwrap();
         let rows = (0..10)
             .map(|i| {
                 vec![
@@ -52,16 +43,8 @@ async fn dropped_inline_data_is_reclaimed_on_the_local_filesystem() {
                 ]
             })
             .collect();
-        tx.stage_insert(TableRef::parse(table).unwrap(), rows)
-            .await
-            .unwrap();
-        tx.stage_insert(
-            fixed(Kind::SnapshotChanges),
-            vec![changes_row(snapshot, "inlined_insert:1")],
-        )
-        .await
-        .unwrap();
-        tx.commit().await.unwrap();
+        let create = (snapshot == 1).then(|| columns.clone());
+        commit_inline_rows(&store, table, create, snapshot, rows).await;
     }
     let mut tx = StagedTransaction::new(store.clone());
     tx.drop_table(table, false).await.unwrap();

@@ -182,3 +182,29 @@ pub async fn create_table(
 pub async fn stage(tx: &mut StagedTransaction, kind: Kind, row: Row) {
     tx.stage_insert(fixed(kind), vec![row]).await.unwrap();
 }
+
+/// One DuckLake commit of inlined rows into `table`, creating the inline
+/// table first when `create` names its columns.
+pub async fn commit_inline_rows(
+    store: &Arc<Store>,
+    table: &str,
+    create: Option<Vec<moraine::catalog::ColumnDesc>>,
+    snapshot: i64,
+    rows: Vec<Row>,
+) {
+    let mut tx = StagedTransaction::new(store.clone());
+    if let Some(columns) = create {
+        tx.create_table(table, columns, true).await.unwrap();
+    }
+    stage(&mut tx, Kind::Snapshot, snapshot_row(snapshot, 1, 2, 0)).await;
+    tx.stage_insert(TableRef::parse(table).unwrap(), rows)
+        .await
+        .unwrap();
+    stage(
+        &mut tx,
+        Kind::SnapshotChanges,
+        changes_row(snapshot, "inlined_insert:1"),
+    )
+    .await;
+    tx.commit().await.unwrap();
+}
