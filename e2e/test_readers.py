@@ -37,3 +37,15 @@ def test_write_through_read_only_attach_is_refused(tmp):
     assert r.rc != 0
     assert "read-only" in r.stderr.lower() or "read_only" in r.stderr.lower(), r.stderr
     assert con.execute("SELECT count(*) FROM t").fetchone()[0] == 0
+
+
+def test_second_read_write_attach_fails_fast_while_the_writer_keeps_committing(tmp):
+    con = writer(tmp)
+    con.execute("CREATE TABLE t (x INTEGER)")
+    attach = "ATTACH 'ducklake:moraine:%s/catalog' AS lake (DATA_PATH '%s/data/');\n" % (tmp, tmp)
+    r = harness.run_cli(attach + "INSERT INTO lake.t VALUES (9);", bail=False)
+    assert r.rc != 0
+    assert "in use by another writer" in r.stderr and "READ_ONLY" in r.stderr, r.stderr
+    con.execute("INSERT INTO t VALUES (1)")
+    con.execute("INSERT INTO t VALUES (2)")
+    assert con.execute("SELECT count(*) FROM t").fetchone()[0] == 2

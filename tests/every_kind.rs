@@ -107,3 +107,48 @@ async fn a_newer_writer_fences_the_older_one_and_nothing_it_staged_lands() {
     let dump = moraine::catalog::dump_head(&newer).await.unwrap();
     assert_eq!(dump.head.snapshot_id, 0, "the fenced commit must not land");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_writer_fails_fast_while_another_process_holds_the_lease() {
+    use moraine::store::{lease, StoreSettings, StoreUri};
+    use object_store::ObjectStoreExt;
+    let dir = tempfile::tempdir().unwrap();
+    let uri = StoreUri::parse(dir.path().to_str().unwrap()).unwrap();
+    // Another process's live lease.
+    let object_store = uri.object_store().unwrap();
+    let expires = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 60;
+    let body = format!("pid 1 (other) until {expires}");
+    object_store
+        .put(
+            &lease::lease_path(&uri.root_path()),
+            body.into_bytes().into(),
+        )
+        .await
+        .unwrap();
+
+    let err = match Store::open(&uri, &StoreSettings::default()).await {
+        Err(e) => e,
+        Ok(_) => panic!("a second writer must be refused while the lease is live"),
+    };
+    let text = err.message();
+    assert!(
+        text.contains("in use by another writer") && text.contains("READ_ONLY"),
+        "{text}"
+    );
+    // The operator's override takes over at once.
+    let mut force = StoreSettings::default();
+    force.apply_option("force_takeover", "1").unwrap();
+    let store = Store::open(&uri, &force).await.unwrap();
+    store.close().await.unwrap();
+    // Closing releases the lease, so the next writer attaches without force.
+    Store::open(&uri, &StoreSettings::default())
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+}

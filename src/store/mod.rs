@@ -4,6 +4,7 @@
 //! DuckLake: the catalog above it decides which kinds live where.
 
 pub mod keys;
+pub mod lease;
 pub mod settings;
 pub mod uri;
 pub mod value;
@@ -44,6 +45,8 @@ pub struct Store {
     settings: StoreSettings,
     /// Keys returned by reads through this handle, for load accounting.
     keys_read: AtomicU64,
+    /// Renews the writer lease while a writer is open.
+    lease: Option<tokio::task::JoinHandle<()>>,
 }
 
 pub type KeyValues = Vec<(Bytes, Bytes)>;
@@ -59,6 +62,13 @@ impl Store {
                 .map_err(|e| slate(&format!("opening {uri} read-only"), e))?;
             Handle::Reader(Box::new(reader))
         } else {
+            lease::acquire(
+                &object_store,
+                &root,
+                &uri.to_string(),
+                settings.force_takeover,
+            )
+            .await?;
             let db = Db::builder(root.clone(), object_store.clone())
                 .with_settings(settings.slatedb_settings(uri))
                 .build()
@@ -66,6 +76,8 @@ impl Store {
                 .map_err(|e| slate(&format!("opening {uri}"), e))?;
             Handle::Writer(db)
         };
+        let lease =
+            (!settings.read_only).then(|| lease::keep_alive(object_store.clone(), root.clone()));
         Ok(Store {
             handle,
             object_store,
@@ -73,6 +85,7 @@ impl Store {
             uri: uri.clone(),
             settings: settings.clone(),
             keys_read: AtomicU64::new(0),
+            lease,
         })
     }
 
@@ -191,7 +204,14 @@ impl Store {
 
     pub async fn close(&self) -> Result<()> {
         match &self.handle {
-            Handle::Writer(db) => db.close().await.map_err(|e| slate("closing", e)),
+            Handle::Writer(db) => {
+                let closed = db.close().await.map_err(|e| slate("closing", e));
+                if let Some(renewal) = &self.lease {
+                    renewal.abort();
+                }
+                lease::release(&self.object_store, &self.root).await;
+                closed
+            }
             Handle::Reader(r) => r.close().await.map_err(|e| slate("closing", e)),
         }
     }
@@ -249,5 +269,15 @@ impl StoreTxn {
         self.tx
             .delete(key)
             .map_err(|e| slate("staging a delete", e))
+    }
+}
+
+impl Drop for Store {
+    /// A handle dropped without `close` stops renewing its lease but leaves it
+    /// in place, exactly as a crash would: the lease then expires.
+    fn drop(&mut self) {
+        if let Some(renewal) = &self.lease {
+            renewal.abort();
+        }
     }
 }

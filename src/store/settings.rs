@@ -14,6 +14,8 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoreSettings {
     pub read_only: bool,
+    /// Take the writer lease even if another process holds it.
+    pub force_takeover: bool,
     /// Minimum age of an unreferenced object before garbage collection deletes it.
     pub gc_min_age: Duration,
     /// How often garbage collection runs.
@@ -29,6 +31,7 @@ impl Default for StoreSettings {
     fn default() -> Self {
         StoreSettings {
             read_only: false,
+            force_takeover: false,
             gc_min_age: Duration::from_secs(300),
             gc_interval: Duration::from_secs(60),
             compactor_poll: Duration::from_secs(5),
@@ -38,11 +41,12 @@ impl Default for StoreSettings {
 }
 
 /// The attach options moraine understands (DuckLake forwards `META_<name>`).
-pub const OPTION_NAMES: [&str; 4] = [
+pub const OPTION_NAMES: [&str; 5] = [
     "gc_min_age_seconds",
     "gc_interval_seconds",
     "compactor_poll_ms",
     "compaction_checkpoint_seconds",
+    "force_takeover",
 ];
 
 impl StoreSettings {
@@ -61,6 +65,7 @@ impl StoreSettings {
             "compaction_checkpoint_seconds" => {
                 self.compaction_checkpoint = Duration::from_secs(number()?.max(1))
             }
+            "force_takeover" => self.force_takeover = number()? != 0,
             _ => {
                 return Err(Error::InvalidArgument(format!(
                     "unknown moraine option '{name}'; known options: {}",
