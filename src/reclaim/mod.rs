@@ -122,21 +122,11 @@ async fn full_compaction(
         .map(|run| run.id)
         .min()
         .unwrap_or(0);
-    let submitted = admin
+    admin
         .submit_compaction(CompactionSpec::new(sources, destination))
         .await
         .map_err(|e| slate("submitting a full compaction", e))?;
     while started.elapsed() < deadline {
-        let status = admin
-            .read_compaction(submitted.id(), None)
-            .await
-            .map_err(|e| slate("reading a compaction", e))?;
-        if std::env::var_os("MORAINE_DEBUG_RECLAIM").is_some() {
-            eprintln!(
-                "reclaim: compaction {:?}",
-                status.as_ref().map(|c| c.status())
-            );
-        }
         let manifest = db.manifest();
         if manifest.l0().is_empty() && manifest.compacted().len() <= 1 {
             return Ok(());
@@ -190,17 +180,7 @@ pub async fn reclaim(store: &Store, deadline: Duration) -> Result<ReclaimReport>
             .run_gc_once(gc.clone())
             .await
             .map_err(|e| slate("collecting garbage", e))?;
-        let usage = physical_usage(store).await?;
-        if std::env::var_os("MORAINE_DEBUG_RECLAIM").is_some() {
-            let m = db.manifest();
-            eprintln!(
-                "reclaim: gc round: {:?}; l0={} runs={:?}",
-                usage.by_type,
-                m.l0().len(),
-                m.compacted().iter().map(|r| r.id).collect::<Vec<_>>()
-            );
-        }
-        let now_bytes = usage.bytes();
+        let now_bytes = physical_usage(store).await?.bytes();
         stable_rounds = if now_bytes >= last {
             stable_rounds + 1
         } else {

@@ -288,10 +288,10 @@ impl Translator<'_> {
             }
             (_, StagedOp::Delete { row, .. }) => {
                 let key = catalog::location(kind, row)?;
-                if kind == Kind::SchemaVersions && self.load(&key, tag).await?.is_none() {
-                    return Ok(()); // a floor row the read side derived; nothing is stored
-                }
                 if self.load(&key, tag).await?.is_none() {
+                    if kind == Kind::SchemaVersions {
+                        return Ok(()); // a floor row the read side derived; nothing is stored
+                    }
                     return Err(Error::NotFound(format!("no row {}", render_key(kind, row))));
                 }
                 self.remove(key);
