@@ -69,7 +69,6 @@ bool moraine_db_is_read_only(MoraineDb *db);
 int32_t moraine_txn_begin(MoraineDb *db, MoraineTxn **txn_out, char **err);
 int32_t moraine_txn_commit(MoraineTxn *txn, char **err);
 void moraine_txn_free(MoraineTxn *txn);
-bool moraine_txn_has_writes(MoraineTxn *txn);
 
 int32_t moraine_txn_lookup(MoraineTxn *txn, const char *name, MoraineTableDesc **desc_out, char **err);
 const char *moraine_table_desc_name(MoraineTableDesc *desc);

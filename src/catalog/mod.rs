@@ -248,10 +248,7 @@ pub async fn read_head(store: &Store, view: &ReadView) -> Result<Option<Head>> {
     }
     match store.get(view, keys::SYS_HEAD).await? {
         Some(bytes) => Ok(Some(Head::decode(&bytes)?)),
-        None => {
-            // A prefix that holds keys but no head is not a moraine store.
-            Ok(None)
-        }
+        None => Ok(None),
     }
 }
 

@@ -258,14 +258,6 @@ pub extern "C" fn moraine_txn_free(txn: *mut MoraineTxn) {
     free(txn)
 }
 
-#[no_mangle]
-pub extern "C" fn moraine_txn_has_writes(txn: *mut MoraineTxn) -> bool {
-    handle(txn, "transaction")
-        .ok()
-        .and_then(|t| lock(t).ok().map(|s| !s.ops().is_empty()))
-        .unwrap_or(false)
-}
-
 fn describe(info: TableInfo) -> Result<MoraineTableDesc> {
     let c = |s: &str| {
         CString::new(s).map_err(|_| Error::InvalidArgument(format!("name {s:?} contains NUL")))

@@ -13,7 +13,7 @@ use crate::error::{slate, Error, Result};
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::ObjectStore;
-use slatedb::config::{DurabilityLevel, ReadOptions, ScanOptions};
+use slatedb::config::ScanOptions;
 use slatedb::{Db, DbReader, DbSnapshot, DbTransaction, IsolationLevel};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -42,7 +42,6 @@ pub struct Store {
     object_store: Arc<dyn ObjectStore>,
     root: Path,
     uri: StoreUri,
-    settings: StoreSettings,
     /// Keys returned by reads through this handle, for load accounting.
     keys_read: AtomicU64,
     /// Renews the writer lease while a writer is open.
@@ -83,7 +82,6 @@ impl Store {
             object_store,
             root,
             uri: uri.clone(),
-            settings: settings.clone(),
             keys_read: AtomicU64::new(0),
             lease,
         })
@@ -96,10 +94,6 @@ impl Store {
 
     pub fn uri(&self) -> &StoreUri {
         &self.uri
-    }
-
-    pub fn settings(&self) -> &StoreSettings {
-        &self.settings
     }
 
     pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
@@ -194,14 +188,6 @@ impl Store {
         Ok(())
     }
 
-    /// Forces everything written so far into object storage.
-    pub async fn flush(&self) -> Result<()> {
-        if let Handle::Writer(db) = &self.handle {
-            db.flush().await.map_err(|e| slate("flushing", e))?;
-        }
-        Ok(())
-    }
-
     pub async fn close(&self) -> Result<()> {
         match &self.handle {
             Handle::Writer(db) => {
@@ -213,14 +199,6 @@ impl Store {
                 closed
             }
             Handle::Reader(r) => r.close().await.map_err(|e| slate("closing", e)),
-        }
-    }
-
-    /// A read-only reader sees new commits only after it refreshes.
-    pub fn read_options() -> ReadOptions {
-        ReadOptions {
-            durability_filter: DurabilityLevel::Memory,
-            ..ReadOptions::default()
         }
     }
 }
