@@ -79,6 +79,13 @@ const MEMTABLE: FlushOptions = FlushOptions {
     flush_type: FlushType::MemTable,
 };
 
+/// Makes the writer adopt the latest manifest now rather than at its next poll.
+async fn refresh(db: &slatedb::Db) -> Result<()> {
+    db.refresh_manifest()
+        .await
+        .map_err(|e| slate("refreshing the manifest", e))
+}
+
 /// Writes the reclaim marker and flushes it into a fresh L0.
 async fn nudge(db: &slatedb::Db, started: Instant) -> Result<()> {
     db.put(
@@ -127,6 +134,7 @@ async fn full_compaction(
         .await
         .map_err(|e| slate("submitting a full compaction", e))?;
     while started.elapsed() < deadline {
+        refresh(db).await?;
         let manifest = db.manifest();
         if manifest.l0().is_empty() && manifest.compacted().len() <= 1 {
             return Ok(());
@@ -176,6 +184,9 @@ pub async fn reclaim(store: &Store, deadline: Duration) -> Result<ReclaimReport>
         // A later L0 releases the newest compaction outputs to collection.
         nudge(db, started).await?;
         tokio::time::sleep(Duration::from_millis(1100)).await;
+        // Collect only what the writer's own view no longer references: its
+        // manifest can lag the compactor's by a poll interval.
+        refresh(db).await?;
         admin
             .run_gc_once(gc.clone())
             .await
