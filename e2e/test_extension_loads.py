@@ -25,6 +25,22 @@ def test_moraine_refused_without_unsigned():
     assert "moraine" in r.stderr, r.stderr
 
 
+def test_another_duckdb_release_refuses_the_extension():
+    """A real DuckDB 1.5.4 CLI (installed apart from the pinned runtime by `cargo xtask setup`) refuses the
+    artifact with DuckDB's own message naming both versions, rather than loading it and crashing."""
+    import os
+    import subprocess
+    harness.require_extension("moraine")
+    cli = os.path.join(harness.ROOT, ".venv", "other-duckdb-1.5.4", "duckdb_cli", "duckdb")
+    assert os.path.isfile(cli), "DuckDB 1.5.4 CLI missing: run `cargo xtask setup`"
+    artifact = os.path.join(harness.ROOT, "build", "moraine.duckdb_extension")
+    proc = subprocess.run([cli, "-unsigned", "-c", "SELECT version(); LOAD '%s';" % artifact],
+                          capture_output=True, text=True, timeout=60)
+    assert "v1.5.4" in proc.stdout, proc.stdout
+    assert proc.returncode != 0 and proc.returncode < 128, (proc.returncode, proc.stderr)
+    assert "v1.5.5" in proc.stderr and "v1.5.4" in proc.stderr, proc.stderr
+
+
 def test_footer_names_a_version_duckdb_checks(tmp):
     """DuckDB 1.5.5 loads the artifact because its footer says CPP / v1.5.5 / linux_amd64; the same bytes with the
     footer's DuckDB version changed are refused with DuckDB's own version-mismatch error, which is what any other

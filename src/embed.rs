@@ -192,7 +192,7 @@ impl Catalog {
     /// Opens a catalog, initialising an empty store with DuckLake's seed rows.
     pub async fn open(uri: &str, data_path: &str) -> Result<Catalog> {
         let uri = StoreUri::parse(uri)?;
-        let store = Arc::new(Store::open(&uri, &StoreSettings::default()).await?);
+        let store = Arc::new(catalog::open_store(&uri, &StoreSettings::default()).await?);
         let catalog = Catalog { store };
         catalog.initialise(data_path).await?;
         Ok(catalog)

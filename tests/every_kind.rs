@@ -115,7 +115,7 @@ async fn a_second_writer_fails_fast_while_another_process_holds_the_lease() {
     let dir = tempfile::tempdir().unwrap();
     let uri = StoreUri::parse(dir.path().to_str().unwrap()).unwrap();
     // Another process's live lease.
-    let object_store = uri.object_store().unwrap();
+    let object_store = uri.object_store(&Default::default()).unwrap();
     let expires = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

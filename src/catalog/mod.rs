@@ -11,7 +11,7 @@ pub mod types;
 use crate::error::{Error, Result};
 use crate::store::keys::{self, Subspace};
 use crate::store::value::{decode_record, Record};
-use crate::store::{ReadView, Store};
+use crate::store::{ReadView, Store, StoreSettings, StoreUri};
 pub use kinds::{Kind, Lifecycle, Reclaim, TableDef, TABLES};
 pub use types::{Cell, ColumnType, Row};
 
@@ -238,6 +238,30 @@ pub fn check_format(bytes: &[u8]) -> Result<()> {
             "this store has layout version {v}, written by a newer moraine; this build reads up to {FORMAT_VERSION}"
         ))),
         _ => Err(Error::corruption("sys/format has an unexpected shape")),
+    }
+}
+
+/// Opens a store as a catalog: what an attach does.
+pub async fn open_store(uri: &StoreUri, settings: &StoreSettings) -> Result<Store> {
+    let store = Store::open(uri, settings).await?;
+    if let Err(e) = check_layout(&store).await {
+        let _ = store.close().await;
+        return Err(e);
+    }
+    Ok(store)
+}
+
+/// Refuses, at attach, a SlateDB database that is not a moraine catalog and
+/// one written by a newer layout, rather than failing at the first statement.
+pub async fn check_layout(store: &Store) -> Result<()> {
+    let view = store.snapshot()?;
+    match store.get(&view, keys::SYS_FORMAT).await? {
+        Some(format) => check_format(&format),
+        None if store.is_empty(&view).await? => Ok(()),
+        None => Err(Error::InvalidArgument(format!(
+            "{} holds a SlateDB database that is not a moraine catalog (it has keys but no moraine layout record)",
+            store.uri()
+        ))),
     }
 }
 

@@ -6,7 +6,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use super::bridge::block_on;
-use crate::catalog::{Cell, Row, TableRef};
+use crate::catalog::{self, Cell, Row, TableRef};
 use crate::error::{Error, Result};
 use crate::staged::{StagedTransaction, TableInfo};
 use crate::store::{Store, StoreSettings, StoreUri};
@@ -198,7 +198,7 @@ pub extern "C" fn moraine_open(
             let (name, value) = unsafe { (*option_names.add(i), *option_values.add(i)) };
             settings.apply_option(text(name, "option name")?, text(value, "option value")?)?;
         }
-        let store = block_on(Store::open(&uri, &settings))??;
+        let store = block_on(catalog::open_store(&uri, &settings))??;
         out(
             db_out,
             MoraineDb {

@@ -12,9 +12,7 @@ use crate::error::{slate, Error, Result};
 use crate::store::Store;
 use object_store::ObjectStore;
 use slatedb::compactor::{CompactionSpec, SourceId};
-use slatedb::config::{
-    FlushOptions, FlushType, GarbageCollectorDirectoryOptions, GarbageCollectorOptions,
-};
+use slatedb::config::{GarbageCollectorDirectoryOptions, GarbageCollectorOptions};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -73,12 +71,6 @@ pub struct ReclaimReport {
     pub elapsed: Duration,
 }
 
-/// Flushes, compacts every run into the last one, collects garbage, and
-/// waits (bounded by `deadline`) until the physical size stops shrinking.
-const MEMTABLE: FlushOptions = FlushOptions {
-    flush_type: FlushType::MemTable,
-};
-
 /// Makes the writer adopt the latest manifest now rather than at its next poll.
 async fn refresh(db: &slatedb::Db) -> Result<()> {
     db.refresh_manifest()
@@ -87,17 +79,16 @@ async fn refresh(db: &slatedb::Db) -> Result<()> {
 }
 
 /// Writes the reclaim marker and flushes it into a fresh L0.
-async fn nudge(db: &slatedb::Db, started: Instant) -> Result<()> {
-    db.put(
-        crate::store::keys::SYS_RECLAIM,
-        started.elapsed().as_millis().to_string().as_bytes(),
-    )
-    .await
-    .map_err(|e| slate("writing the reclaim marker", e))?;
-    db.flush().await.map_err(|e| slate("flushing the WAL", e))?;
-    db.flush_with_options(MEMTABLE)
+async fn nudge(store: &Store, started: Instant) -> Result<()> {
+    store
+        .writer()?
+        .put(
+            crate::store::keys::SYS_RECLAIM,
+            started.elapsed().as_millis().to_string().as_bytes(),
+        )
         .await
-        .map_err(|e| slate("flushing the memtable", e))
+        .map_err(|e| slate("writing the reclaim marker", e))?;
+    store.flush_to_l0().await
 }
 
 /// Submits every L0 and sorted run into the oldest run and waits (bounded)
@@ -144,14 +135,13 @@ async fn full_compaction(
     Ok(())
 }
 
+/// Flushes, compacts every run into the last one, collects garbage, and
+/// waits (bounded by `deadline`) until the physical size stops shrinking.
 pub async fn reclaim(store: &Store, deadline: Duration) -> Result<ReclaimReport> {
     let started = Instant::now();
     let before = physical_usage(store).await?;
     let db = store.writer()?;
-    db.flush().await.map_err(|e| slate("flushing the WAL", e))?;
-    db.flush_with_options(MEMTABLE)
-        .await
-        .map_err(|e| slate("flushing the memtable", e))?;
+    store.flush_to_l0().await?;
     let admin =
         slatedb::admin::Admin::builder(store.root().clone(), store.object_store().clone()).build();
     // Two full compactions: the first folds everything into the last run and
@@ -160,7 +150,7 @@ pub async fn reclaim(store: &Store, deadline: Duration) -> Result<ReclaimReport>
     // keep for readers go too.
     for pass in 0..2 {
         if pass > 0 {
-            nudge(db, started).await?;
+            nudge(store, started).await?;
         }
         full_compaction(db, &admin, started, deadline).await?;
     }
@@ -182,7 +172,7 @@ pub async fn reclaim(store: &Store, deadline: Duration) -> Result<ReclaimReport>
     let mut stable_rounds = 0;
     while started.elapsed() < deadline && stable_rounds < 3 {
         // A later L0 releases the newest compaction outputs to collection.
-        nudge(db, started).await?;
+        nudge(store, started).await?;
         tokio::time::sleep(Duration::from_millis(1100)).await;
         // Collect only what the writer's own view no longer references: its
         // manifest can lag the compactor's by a poll interval.

@@ -33,8 +33,10 @@ fn now_seconds() -> u64 {
         .unwrap_or_default()
 }
 
+pub const LEASE_FILE: &str = "writer.lease";
+
 pub fn lease_path(root: &Path) -> Path {
-    root.clone().join("writer.lease")
+    root.clone().join(LEASE_FILE)
 }
 
 /// Takes the lease, or fails when another live writer holds it.

@@ -13,7 +13,7 @@ use crate::error::{slate, Error, Result};
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::ObjectStore;
-use slatedb::config::ScanOptions;
+use slatedb::config::{FlushOptions, FlushType, ScanOptions};
 use slatedb::{Db, DbReader, DbSnapshot, DbTransaction, IsolationLevel};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -52,9 +52,26 @@ pub type KeyValues = Vec<(Bytes, Bytes)>;
 
 impl Store {
     pub async fn open(uri: &StoreUri, settings: &StoreSettings) -> Result<Store> {
-        let object_store = uri.object_store()?;
+        Store::open_on(uri, uri.object_store(&settings.s3)?, settings).await
+    }
+
+    /// Opens the store at `uri` through a given object store: a wrapper that
+    /// counts, delays or cuts off writes, for tests and tools.
+    pub async fn open_on(
+        uri: &StoreUri,
+        object_store: Arc<dyn ObjectStore>,
+        settings: &StoreSettings,
+    ) -> Result<Store> {
         let root = uri.root_path();
+        let existing = check_location(uri, &object_store, &root).await?;
         let handle = if settings.read_only {
+            if !existing {
+                return Err(Error::NotFound(format!(
+                    "no moraine store at {uri}: a READ_ONLY attach opens an existing store and cannot create one. \
+                     Attach it read-write to create it (DuckDB attaches remote paths such as s3:// READ_ONLY \
+                     unless the ATTACH says READ_WRITE)"
+                )));
+            }
             let reader = DbReader::builder(root.clone(), object_store.clone())
                 .build()
                 .await
@@ -162,6 +179,18 @@ impl Store {
         Ok(out)
     }
 
+    /// Whether the store holds no key at all.
+    pub async fn is_empty(&self, view: &ReadView) -> Result<bool> {
+        let ctx = "looking for any key";
+        let mut iter = match (view, &self.handle) {
+            (ReadView::Snapshot(s), _) => s.scan_prefix(b"", ..).await,
+            (ReadView::Reader, Handle::Reader(r)) => r.scan_prefix(b"", ..).await,
+            (ReadView::Reader, Handle::Writer(db)) => db.scan_prefix(b"", ..).await,
+        }
+        .map_err(|e| slate(ctx, e))?;
+        Ok(iter.next().await.map_err(|e| slate(ctx, e))?.is_none())
+    }
+
     /// Starts a write transaction. Its reads see its own writes.
     pub fn begin(&self) -> Result<StoreTxn> {
         let tx = self
@@ -188,6 +217,18 @@ impl Store {
         Ok(())
     }
 
+    /// Writes everything pending into a new L0 SST and the manifest, so it
+    /// no longer depends on the WAL.
+    pub async fn flush_to_l0(&self) -> Result<()> {
+        let db = self.writer()?;
+        db.flush().await.map_err(|e| slate("flushing the WAL", e))?;
+        db.flush_with_options(FlushOptions {
+            flush_type: FlushType::MemTable,
+        })
+        .await
+        .map_err(|e| slate("flushing the memtable", e))
+    }
+
     pub async fn close(&self) -> Result<()> {
         match &self.handle {
             Handle::Writer(db) => {
@@ -200,6 +241,52 @@ impl Store {
             }
             Handle::Reader(r) => r.close().await.map_err(|e| slate("closing", e)),
         }
+    }
+}
+
+/// What SlateDB and moraine keep at a store's root.
+const STORE_ENTRIES: [&str; 7] = [
+    "manifest",
+    "wal",
+    "compacted",
+    "compactions",
+    "checkpoints",
+    // Garbage collection's boundary files.
+    "gc",
+    lease::LEASE_FILE,
+];
+
+/// Refuses a location that holds something other than a moraine store,
+/// before anything is written there. Returns whether a store exists.
+///
+/// A location with a SlateDB manifest is a store (whatever else lies beside
+/// it); one without a manifest must hold nothing but what a store's first
+/// open leaves behind, or SlateDB would start a new database among foreign
+/// objects.
+async fn check_location(
+    uri: &StoreUri,
+    object_store: &Arc<dyn ObjectStore>,
+    root: &Path,
+) -> Result<bool> {
+    let listing = object_store
+        .list_with_delimiter(Some(root))
+        .await
+        .map_err(|e| Error::store(format!("listing {uri}"), e))?;
+    let names: Vec<String> = listing
+        .common_prefixes
+        .iter()
+        .chain(listing.objects.iter().map(|o| &o.location))
+        .filter_map(|p| p.filename().map(str::to_string))
+        .collect();
+    if names.iter().any(|n| n == "manifest") {
+        return Ok(true);
+    }
+    match names.iter().find(|n| !STORE_ENTRIES.contains(&n.as_str())) {
+        Some(name) => Err(Error::InvalidArgument(format!(
+            "{uri} is not a moraine store: its catalog location {root} holds '{name}' and no SlateDB \
+             manifest. Point the ATTACH at an empty location or an existing moraine store"
+        ))),
+        None => Ok(false),
     }
 }
 

@@ -25,6 +25,40 @@ pub struct StoreSettings {
     /// How long a compaction keeps its inputs readable. It bounds how long
     /// one read transaction may run; a catalog transaction is short.
     pub compaction_checkpoint: Duration,
+    /// Endpoint and credentials of an `s3://` store.
+    pub s3: S3Options,
+}
+
+/// How an `s3://` store is reached. The shim fills these from DuckDB's `s3`
+/// secret for the path; what stays unset falls back to the `AWS_*`
+/// environment variables (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT`, ...).
+#[derive(Clone, Default, PartialEq)]
+pub struct S3Options {
+    /// `host:port` as DuckDB secrets spell it, or a full `http(s)://` URL.
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub key_id: Option<String>,
+    pub secret: Option<String>,
+    pub session_token: Option<String>,
+    /// `path` or `vhost`.
+    pub url_style: Option<String>,
+    pub use_ssl: Option<bool>,
+}
+
+/// Credentials never reach logs or error messages.
+impl std::fmt::Debug for S3Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = |v: &Option<String>| v.as_ref().map(|_| "<redacted>");
+        f.debug_struct("S3Options")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("key_id", &redacted(&self.key_id))
+            .field("secret", &redacted(&self.secret))
+            .field("session_token", &redacted(&self.session_token))
+            .field("url_style", &self.url_style)
+            .field("use_ssl", &self.use_ssl)
+            .finish()
+    }
 }
 
 impl Default for StoreSettings {
@@ -36,18 +70,31 @@ impl Default for StoreSettings {
             gc_interval: Duration::from_secs(60),
             compactor_poll: Duration::from_secs(5),
             compaction_checkpoint: Duration::from_secs(120),
+            s3: S3Options::default(),
         }
     }
 }
 
 /// The attach options moraine understands (DuckLake forwards `META_<name>`).
-pub const OPTION_NAMES: [&str; 5] = [
+pub const OPTION_NAMES: [&str; 12] = [
     "gc_min_age_seconds",
     "gc_interval_seconds",
     "compactor_poll_ms",
     "compaction_checkpoint_seconds",
     "force_takeover",
+    "s3_endpoint",
+    "s3_region",
+    "s3_key_id",
+    "s3_secret",
+    "s3_session_token",
+    "s3_url_style",
+    "s3_use_ssl",
 ];
+
+fn non_empty(value: &str) -> Option<String> {
+    let value = value.trim();
+    (!value.is_empty()).then(|| value.to_string())
+}
 
 impl StoreSettings {
     pub fn apply_option(&mut self, name: &str, value: &str) -> Result<()> {
@@ -66,6 +113,31 @@ impl StoreSettings {
                 self.compaction_checkpoint = Duration::from_secs(number()?.max(1))
             }
             "force_takeover" => self.force_takeover = number()? != 0,
+            "s3_endpoint" => self.s3.endpoint = non_empty(value),
+            "s3_region" => self.s3.region = non_empty(value),
+            "s3_key_id" => self.s3.key_id = non_empty(value),
+            "s3_secret" => self.s3.secret = non_empty(value),
+            "s3_session_token" => self.s3.session_token = non_empty(value),
+            "s3_url_style" => match value.trim().to_ascii_lowercase().as_str() {
+                "" => self.s3.url_style = None,
+                style @ ("path" | "vhost") => self.s3.url_style = Some(style.to_string()),
+                _ => {
+                    return Err(Error::InvalidArgument(format!(
+                        "moraine option s3_url_style expects 'path' or 'vhost', got '{value}'"
+                    )))
+                }
+            },
+            "s3_use_ssl" => {
+                self.s3.use_ssl = Some(match value.trim().to_ascii_lowercase().as_str() {
+                    "1" | "true" => true,
+                    "0" | "false" => false,
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "moraine option s3_use_ssl expects true or false, got '{value}'"
+                        )))
+                    }
+                })
+            }
             _ => {
                 return Err(Error::InvalidArgument(format!(
                     "unknown moraine option '{name}'; known options: {}",

@@ -1,7 +1,9 @@
 //! Store locations: a local directory (`/path`, `file:///path`), a named
 //! in-process store (`memory://name`) or an S3 prefix (`s3://bucket/prefix`).
 
+use super::settings::S3Options;
 use crate::error::{Error, Result};
+use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -87,9 +89,15 @@ impl StoreUri {
         Ok(StoreUri::Local(absolute))
     }
 
-    pub fn object_store(&self) -> Result<Arc<dyn ObjectStore>> {
+    pub fn object_store(&self, s3: &S3Options) -> Result<Arc<dyn ObjectStore>> {
         match self {
             StoreUri::Local(dir) => {
+                if dir.exists() && !dir.is_dir() {
+                    return Err(Error::InvalidArgument(format!(
+                        "{} is a file, not a moraine store: a moraine store is a directory (or memory://, s3://)",
+                        dir.display()
+                    )));
+                }
                 std::fs::create_dir_all(dir)
                     .map_err(|e| Error::store(format!("creating {}", dir.display()), e))?;
                 let fs = LocalFileSystem::new_with_prefix(dir)
@@ -105,9 +113,11 @@ impl StoreUri {
                     .or_insert_with(|| Arc::new(InMemory::new()))
                     .clone())
             }
-            StoreUri::S3 { .. } => Err(Error::Unsupported(format!(
-                "{self}: s3:// stores are not wired up yet"
-            ))),
+            StoreUri::S3 { bucket, .. } => {
+                Ok(Arc::new(s3_client(bucket, s3).map_err(|e| {
+                    Error::InvalidArgument(format!("cannot reach {self}: {e}"))
+                })?))
+            }
         }
     }
 
@@ -124,6 +134,51 @@ impl StoreUri {
     pub fn is_local(&self) -> bool {
         matches!(self, StoreUri::Local(_))
     }
+}
+
+/// An S3 client: the `AWS_*` environment first, then whatever DuckDB's
+/// secret says on top. Conditional PUTs (If-Match / If-None-Match) are what
+/// SlateDB's manifest and fencing rely on; object_store uses them by default.
+fn s3_client(
+    bucket: &str,
+    s3: &S3Options,
+) -> std::result::Result<object_store::aws::AmazonS3, object_store::Error> {
+    let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    if let Some(region) = &s3.region {
+        builder = builder.with_region(region);
+    }
+    if let Some(key_id) = &s3.key_id {
+        builder = builder.with_access_key_id(key_id);
+    }
+    if let Some(secret) = &s3.secret {
+        builder = builder.with_secret_access_key(secret);
+    }
+    if let Some(token) = &s3.session_token {
+        builder = builder.with_token(token);
+    }
+    // DuckDB secrets name AWS's global endpoint by default; AWS itself is
+    // better reached through the region's own endpoint, which object_store
+    // derives.
+    let endpoint = s3.endpoint.as_ref().filter(|e| *e != "s3.amazonaws.com");
+    if let Some(endpoint) = endpoint {
+        let url = if endpoint.contains("://") {
+            endpoint.clone()
+        } else {
+            let scheme = if s3.use_ssl.unwrap_or(true) {
+                "https"
+            } else {
+                "http"
+            };
+            format!("{scheme}://{endpoint}")
+        };
+        builder = builder
+            .with_allow_http(url.starts_with("http://"))
+            .with_endpoint(url);
+    }
+    if let Some(style) = &s3.url_style {
+        builder = builder.with_virtual_hosted_style_request(style == "vhost");
+    }
+    builder.build()
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use moraine::catalog::{fixed_columns, Cell, Kind, Row, TableRef};
+use moraine::catalog::{fixed_columns, Cell, ColumnDesc, Kind, Row, TableRef, Transfer};
 use moraine::staged::{CommitOutcome, StagedTransaction};
 use moraine::store::{Store, StoreSettings, StoreUri};
 use std::sync::Arc;
@@ -207,4 +207,146 @@ pub async fn commit_inline_rows(
     )
     .await;
     tx.commit().await.unwrap();
+}
+
+/// Snapshots 1..=4: create table 1, add file 10, rewrite it into file 11
+/// (ending 10 at snapshot 3), add file 12.
+pub async fn history(store: &Arc<Store>) {
+    bootstrap(store).await;
+    create_table(store, 1, 1, "t").await;
+    let mut tx = StagedTransaction::new(store.clone());
+    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(2, 1, 3, 11)])
+        .await
+        .unwrap();
+    tx.stage_insert(fixed(Kind::DataFile), vec![data_file_row(10, 1, 2)])
+        .await
+        .unwrap();
+    tx.stage_insert(
+        fixed(Kind::SnapshotChanges),
+        vec![changes_row(2, "inserted_into_table:1")],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = StagedTransaction::new(store.clone());
+    let (base, rows) = tx.scan(fixed(Kind::DataFile)).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(3, 1, 3, 12)])
+        .await
+        .unwrap();
+    tx.stage_update(fixed(Kind::DataFile), &[base], &[3], vec![vec![int(3)]])
+        .await
+        .unwrap();
+    tx.stage_insert(fixed(Kind::DataFile), vec![data_file_row(11, 1, 3)])
+        .await
+        .unwrap();
+    tx.stage_insert(
+        fixed(Kind::SnapshotChanges),
+        vec![changes_row(3, "rewrite_delete:1")],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = StagedTransaction::new(store.clone());
+    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(4, 1, 3, 13)])
+        .await
+        .unwrap();
+    tx.stage_insert(fixed(Kind::DataFile), vec![data_file_row(12, 1, 4)])
+        .await
+        .unwrap();
+    tx.stage_insert(
+        fixed(Kind::SnapshotChanges),
+        vec![changes_row(4, "inserted_into_table:1")],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+}
+
+pub async fn delete_where(
+    tx: &mut StagedTransaction,
+    kind: Kind,
+    pred: impl Fn(&Row) -> bool,
+) -> usize {
+    let (base, rows) = tx.scan(fixed(kind)).await.unwrap();
+    let ids: Vec<i64> = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| pred(r))
+        .map(|(i, _)| base + i as i64)
+        .collect();
+    tx.stage_delete(fixed(kind), &ids).await.unwrap();
+    ids.len()
+}
+
+/// DuckLake's `DeleteSnapshots` cascade for the expired set, in its order,
+/// with the dead-row rule evaluated through the transaction's own view.
+pub async fn expire(store: &Arc<Store>, expired: &[i64]) -> CommitOutcome {
+    let mut tx = StagedTransaction::new(store.clone());
+    let named = |r: &Row| expired.contains(&r[0].as_int().unwrap());
+    delete_where(&mut tx, Kind::Snapshot, named).await;
+    delete_where(&mut tx, Kind::SnapshotChanges, named).await;
+    // Dead-row rule: no surviving snapshot lies in [begin, end).
+    let survivors: Vec<i64> = tx
+        .visible_rows(fixed(Kind::Snapshot))
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r[0].as_int().unwrap())
+        .collect();
+    let dead =
+        |b: i64, e: Option<i64>| e.is_some_and(|e| !survivors.iter().any(|s| *s >= b && *s < e));
+    let files = tx.visible_rows(fixed(Kind::DataFile)).await.unwrap();
+    let dead_files: Vec<Row> = files
+        .iter()
+        .filter(|r| dead(r[2].as_int().unwrap(), r[3].as_int()))
+        .cloned()
+        .collect();
+    delete_where(&mut tx, Kind::DataFile, |r| dead_files.contains(r)).await;
+    let schedule: Vec<Row> = dead_files
+        .iter()
+        .map(|f| {
+            vec![
+                f[0].clone(),
+                f[5].clone(),
+                f[6].clone(),
+                int(1_800_000_000_000_000),
+            ]
+        })
+        .collect();
+    tx.stage_insert(fixed(Kind::FilesScheduledForDeletion), schedule)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap()
+}
+
+pub fn inline_columns() -> Vec<ColumnDesc> {
+    let mut cols = moraine::inline::data_columns(&[]);
+    cols.push(ColumnDesc {
+        name: "v".into(),
+        type_name: "INTEGER".into(),
+        transfer: Transfer::Value,
+    });
+    cols
+}
+
+pub fn inline_row(row_id: i64, begin: i64) -> Row {
+    vec![
+        int(row_id),
+        int(begin),
+        NULL,
+        Cell::Blob(vec![row_id as u8]),
+    ]
+}
+
+pub const INLINED: &str = "ducklake_inlined_data_1_1";
+
+/// One chunk of rows 0..=5 at snapshot 1, one of rows 6..=7 at snapshot 2.
+pub async fn inline_history(store: &Arc<Store>) {
+    bootstrap(store).await;
+    for (snapshot, rows) in [(1, (0..6).collect::<Vec<_>>()), (2, vec![6, 7])] {
+        let create = (snapshot == 1).then(inline_columns);
+        let rows = rows.iter().map(|r| inline_row(*r, snapshot)).collect();
+        commit_inline_rows(store, INLINED, create, snapshot, rows).await;
+    }
 }

@@ -29,7 +29,10 @@ usage: cargo xtask <command>
 ";
 
 /// DuckDB extensions shipped as pip packages that `setup` installs into `.duckdb_extensions/`.
-const PIP_EXTENSIONS: &[&str] = &["ducklake", "sqlite_scanner", "postgres_scanner"];
+/// A DuckDB CLI of another release, kept apart from the pinned runtime.
+const OTHER_DUCKDB_CLI: &str = "duckdb-cli==1.5.4";
+const OTHER_DUCKDB_DIR: &str = "other-duckdb-1.5.4";
+const PIP_EXTENSIONS: &[&str] = &["ducklake", "sqlite_scanner", "postgres_scanner", "httpfs"];
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -233,6 +236,27 @@ fn setup(root: &Path) -> Result<()> {
             .arg("-r")
             .arg(&req_path))?;
         std::fs::write(&stamp_path, &stamp).map_err(|e| e.to_string())?;
+    }
+
+    // A second, different DuckDB release, only to show that it refuses the
+    // extension with a clear message (e2e test_extension_loads).
+    let other = venv.join(OTHER_DUCKDB_DIR);
+    if !other.join("duckdb_cli").is_dir() {
+        println!(
+            "setup: pip install --target {} {OTHER_DUCKDB_CLI}",
+            other.display()
+        );
+        run(Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--target",
+            ])
+            .arg(&other)
+            .arg(OTHER_DUCKDB_CLI))?;
     }
 
     let version = paths::duckdb_version(root)?;

@@ -1,0 +1,560 @@
+//! Crash consistency: for every commit path, stop the world after the N-th
+//! object write of the commit, for every N the commit makes, then reopen the
+//! store without the wrapper. The store must hold exactly the state before
+//! the commit or exactly the state after it, and a commit that reported
+//! success must have landed.
+//!
+//! "Stopping the world" freezes every later write forever (its future never
+//! completes), as a killed process would: nothing after the cut reaches the
+//! store, and the commit either already returned or never does.
+
+mod common;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use common::*;
+use futures_util::stream::{BoxStream, StreamExt};
+use moraine::catalog::{Kind, TableRef};
+use moraine::staged::StagedTransaction;
+use moraine::store::keys;
+use moraine::store::{Store, StoreSettings, StoreUri};
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// An object store that passes every call through until its write budget is
+/// spent, then never completes another write.
+#[derive(Debug)]
+struct Freezer {
+    inner: Arc<dyn ObjectStore>,
+    writes: AtomicU64,
+    limit: AtomicU64,
+    /// Set once a write has been held back: from then on the world is stopped.
+    frozen: AtomicBool,
+}
+
+impl fmt::Display for Freezer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Freezer({})", self.inner)
+    }
+}
+
+impl Freezer {
+    fn new(inner: Arc<dyn ObjectStore>) -> Arc<Freezer> {
+        Arc::new(Freezer {
+            inner,
+            writes: AtomicU64::new(0),
+            limit: AtomicU64::new(u64::MAX),
+            frozen: AtomicBool::new(false),
+        })
+    }
+
+    /// Lets `budget` more writes through (all of them when `None`).
+    fn arm(&self, budget: Option<u64>) -> u64 {
+        let now = self.writes.load(Ordering::SeqCst);
+        let limit = budget.map_or(u64::MAX, |b| now + b);
+        self.limit.store(limit, Ordering::SeqCst);
+        now
+    }
+
+    fn writes(&self) -> u64 {
+        self.writes.load(Ordering::SeqCst)
+    }
+
+    async fn gate(&self) {
+        let index = self.writes.fetch_add(1, Ordering::SeqCst);
+        if index >= self.limit.load(Ordering::SeqCst) {
+            self.frozen.store(true, Ordering::SeqCst);
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+#[async_trait]
+impl ObjectStore for Freezer {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.gate().await;
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.gate().await;
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        // Each delete is one write: gate them one by one, in order.
+        let this = Arc::new(FreezerRef(self as *const Freezer));
+        let inner = self.inner.clone();
+        locations
+            .then(move |location| {
+                let this = this.clone();
+                let inner = inner.clone();
+                async move {
+                    // SAFETY: the freezer outlives every store that uses it
+                    // (tests keep it alive for the whole sweep).
+                    unsafe { &*this.0 }.gate().await;
+                    let location = location?;
+                    let mut done =
+                        inner.delete_stream(futures_util::stream::iter([Ok(location)]).boxed());
+                    done.next().await.unwrap_or_else(|| {
+                        Err(object_store::Error::Generic {
+                            store: "freezer",
+                            source: "delete returned nothing".into(),
+                        })
+                    })
+                }
+            })
+            .boxed()
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.gate().await;
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+struct FreezerRef(*const Freezer);
+// SAFETY: Freezer is Sync; the pointer is only read.
+unsafe impl Send for FreezerRef {}
+unsafe impl Sync for FreezerRef {}
+
+type Step = for<'a> fn(&'a Arc<Store>) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// One commit path: the state it starts from and the commit itself.
+struct CommitPath {
+    name: &'static str,
+    /// `None`: genesis, where opening the store is part of the cut window.
+    setup: Option<Step>,
+    commit: Step,
+    /// Whether the commit changes what the store holds (reclaim does not).
+    changes_contents: bool,
+    /// Every how many cut points to try: 1 for commits; reclaim makes
+    /// dozens of writes, each cut costing seconds of compaction and GC.
+    stride: u64,
+}
+
+const URI: &str = "memory://crash-sweep";
+/// How long a run may go on after a write froze before it counts as stuck:
+/// in-memory work finishes in milliseconds, and nothing that needs a write
+/// can finish at all.
+const GRACE: Duration = Duration::from_millis(300);
+/// A bound on any one run, so a bug cannot hang the suite.
+const RUN_LIMIT: Duration = Duration::from_secs(120);
+
+fn settings(force_takeover: bool) -> StoreSettings {
+    StoreSettings {
+        force_takeover,
+        // A quick compactor, so reclaim's compactions (and any background
+        // one) happen inside the sweep's window.
+        compactor_poll: Duration::from_millis(100),
+        ..StoreSettings::default()
+    }
+}
+
+/// Every key and value in the store, as a reopened writer sees it, but
+/// reclaim's own progress marker.
+async fn contents(store: &Store) -> Vec<(Bytes, Bytes)> {
+    let view = store.snapshot().unwrap();
+    let mut all = store.scan_prefix(&view, b"").await.unwrap();
+    all.retain(|(key, _)| key.as_ref() != keys::SYS_RECLAIM);
+    all
+}
+
+struct Attempt {
+    acknowledged: bool,
+    writes: u64,
+    before: Vec<(Bytes, Bytes)>,
+    after_reopen: Vec<(Bytes, Bytes)>,
+}
+
+/// Runs `path` on a fresh store, cutting the world off after `budget` writes
+/// of the commit, and reopens the store without the cut.
+async fn attempt(path: &CommitPath, budget: Option<u64>) -> Attempt {
+    let uri = StoreUri::parse(URI).unwrap();
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let freezer = Freezer::new(inner.clone());
+    let mut before = Vec::new();
+    let mut store = None;
+    if let Some(setup) = path.setup {
+        let opened = Arc::new(
+            Store::open_on(&uri, freezer.clone(), &settings(false))
+                .await
+                .unwrap(),
+        );
+        setup(&opened).await;
+        before = contents(&opened).await;
+        store = Some(opened);
+    }
+    let start = freezer.arm(budget);
+    let commit = path.commit;
+    let acknowledged = Arc::new(AtomicBool::new(false));
+    let run = {
+        let acknowledged = acknowledged.clone();
+        let freezer = freezer.clone();
+        let uri = uri.clone();
+        async move {
+            let store = match store {
+                Some(store) => store,
+                None => match Store::open_on(&uri, freezer, &settings(false)).await {
+                    Ok(store) => Arc::new(store),
+                    Err(_) => return,
+                },
+            };
+            commit(&store).await;
+            acknowledged.store(true, Ordering::SeqCst);
+            // What follows an acknowledged commit: its batch moves from the
+            // WAL into an L0 SST and the manifest.
+            let _ = store.flush_to_l0().await;
+            // The store is not closed: a frozen close would never finish.
+            std::mem::forget(store);
+        }
+    };
+    let run = tokio::spawn(run);
+    let started = std::time::Instant::now();
+    let mut frozen_since = None;
+    while !run.is_finished() && started.elapsed() < RUN_LIMIT {
+        if freezer.frozen.load(Ordering::SeqCst) {
+            let since = *frozen_since.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() > GRACE {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A stuck run stays parked on its frozen write; its store is fenced below.
+    let acknowledged = acknowledged.load(Ordering::SeqCst);
+    let writes = freezer.writes() - start;
+    // Keep the freezer (and the frozen store's background tasks) alive.
+    std::mem::forget(freezer.clone());
+    let reopened = Store::open_on(&uri, inner, &settings(true)).await.unwrap();
+    let after_reopen = contents(&reopened).await;
+    // The reopened store still takes commits.
+    let reopened = Arc::new(reopened);
+    if after_reopen.is_empty() {
+        bootstrap(&reopened).await;
+    } else {
+        let mut tx = StagedTransaction::new(reopened.clone());
+        tx.premise().await.unwrap();
+    }
+    reopened.close().await.unwrap();
+    Attempt {
+        acknowledged,
+        writes,
+        before,
+        after_reopen,
+    }
+}
+
+/// Sweeps every cut point of `path` and reports how many it tried.
+async fn sweep(path: CommitPath) {
+    let whole = attempt(&path, None).await;
+    assert!(
+        whole.acknowledged,
+        "{}: the uncut commit did not finish",
+        path.name
+    );
+    assert_eq!(
+        whole.before != whole.after_reopen,
+        path.changes_contents,
+        "{}: the commit's effect on the contents is not what the path declares",
+        path.name
+    );
+    let after = whole.after_reopen;
+    let (mut interrupted, mut landed, mut lost) = (0, 0, 0);
+    let mut tried = 0;
+    for cut in (0..whole.writes).step_by(path.stride as usize) {
+        tried += 1;
+        let clock = std::time::Instant::now();
+        let run = attempt(&path, Some(cut)).await;
+        if std::env::var_os("MORAINE_SWEEP_TRACE").is_some() {
+            eprintln!(
+                "{} cut {cut}/{}: {:?}",
+                path.name,
+                whole.writes,
+                clock.elapsed()
+            );
+        }
+        assert_eq!(
+            run.before, whole.before,
+            "{}: setup is not deterministic",
+            path.name
+        );
+        let is_after = run.after_reopen == after;
+        let is_before = run.after_reopen == run.before;
+        assert!(
+            is_after || is_before,
+            "{}: cut after {cut} writes left a state that is neither before nor after the commit",
+            path.name
+        );
+        if run.acknowledged {
+            assert!(
+                is_after,
+                "{}: cut after {cut} writes: acknowledged but not landed",
+                path.name
+            );
+        } else {
+            interrupted += 1;
+        }
+        if is_after {
+            landed += 1;
+        } else {
+            lost += 1;
+        }
+    }
+    println!(
+        "crash sweep {}: {tried} cut points tried over {} object writes; {interrupted} interrupted commits; \
+         reopened wholly after {landed}, wholly before {lost}",
+        path.name, whole.writes
+    );
+    assert!(
+        interrupted >= 1,
+        "{}: no cut interrupted the commit",
+        path.name
+    );
+}
+
+fn boxed<'a>(
+    f: impl Future<Output = ()> + Send + 'a,
+) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+    Box::pin(f)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn genesis() {
+    sweep(CommitPath {
+        name: "genesis",
+        setup: None,
+        commit: |store| boxed(bootstrap(store)),
+        changes_contents: true,
+        stride: 1,
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordinary_commit() {
+    sweep(CommitPath {
+        name: "ordinary commit",
+        setup: Some(|store| {
+            boxed(async move {
+                bootstrap(store).await;
+                create_table(store, 1, 1, "t").await;
+            })
+        }),
+        commit: |store| {
+            boxed(async move {
+                let mut tx = StagedTransaction::new(store.clone());
+                stage(&mut tx, Kind::Snapshot, snapshot_row(2, 1, 3, 11)).await;
+                stage(&mut tx, Kind::DataFile, data_file_row(10, 1, 2)).await;
+                stage(
+                    &mut tx,
+                    Kind::SnapshotChanges,
+                    changes_row(2, "inserted_into_table:1"),
+                )
+                .await;
+                tx.commit().await.unwrap();
+            })
+        },
+        changes_contents: true,
+        stride: 1,
+    })
+    .await;
+}
+
+/// A table with 20 columns and 20 data files.
+async fn wide_table(store: &Arc<Store>) {
+    bootstrap(store).await;
+    let mut tx = StagedTransaction::new(store.clone());
+    stage(&mut tx, Kind::Snapshot, snapshot_row(1, 1, 30, 120)).await;
+    stage(&mut tx, Kind::Table, table_row(1, 1, "wide")).await;
+    for c in 0..20 {
+        stage(
+            &mut tx,
+            Kind::Column,
+            column_row(2 + c, 1, 1, &format!("c{c}")),
+        )
+        .await;
+    }
+    for f in 0..20 {
+        stage(&mut tx, Kind::DataFile, data_file_row(100 + f, 1, 1)).await;
+    }
+    let changes = changes_row(1, "created_table:\"main\".\"wide\"");
+    stage(&mut tx, Kind::SnapshotChanges, changes).await;
+    tx.commit().await.unwrap();
+}
+
+/// DROP TABLE wide: ends the table, its 20 columns and its 20 files.
+async fn drop_wide_table(store: &Arc<Store>) {
+    let mut tx = StagedTransaction::new(store.clone());
+    stage(&mut tx, Kind::Snapshot, snapshot_row(2, 2, 30, 120)).await;
+    for (kind, end) in [(Kind::Table, 3), (Kind::Column, 2), (Kind::DataFile, 3)] {
+        let (base, rows) = tx.scan(fixed(kind)).await.unwrap();
+        let ids: Vec<i64> = (0..rows.len() as i64).map(|i| base + i).collect();
+        let values = vec![vec![int(2)]; ids.len()];
+        tx.stage_update(fixed(kind), &ids, &[end], values)
+            .await
+            .unwrap();
+    }
+    stage(
+        &mut tx,
+        Kind::SnapshotChanges,
+        changes_row(2, "dropped_table:1"),
+    )
+    .await;
+    tx.commit().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_ending_many_records() {
+    sweep(CommitPath {
+        name: "drop",
+        setup: Some(|store| boxed(wide_table(store))),
+        commit: |store| boxed(drop_wide_table(store)),
+        changes_contents: true,
+        stride: 1,
+    })
+    .await;
+}
+
+/// `moraine_reclaim` after that DROP: compaction and garbage collection
+/// rewrite and delete objects but never change what the store holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_after_drop() {
+    sweep(CommitPath {
+        name: "reclaim",
+        setup: Some(|store| {
+            boxed(async move {
+                wide_table(store).await;
+                drop_wide_table(store).await;
+            })
+        }),
+        commit: |store| {
+            boxed(async move {
+                let report = moraine::reclaim::reclaim(store, Duration::from_secs(10)).await;
+                if report.is_err() {
+                    // Not an acknowledgement: park like a run stuck on a write.
+                    std::future::pending::<()>().await;
+                }
+            })
+        },
+        changes_contents: false,
+        stride: 12,
+    })
+    .await;
+}
+
+/// `ducklake_cleanup_old_files`: forgets scheduled files without a snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_preserving_maintenance() {
+    sweep(CommitPath {
+        name: "maintenance",
+        setup: Some(|store| {
+            boxed(async move {
+                history(store).await;
+                expire(store, &[2]).await;
+            })
+        }),
+        commit: |store| {
+            boxed(async move {
+                let mut tx = StagedTransaction::new(store.clone());
+                let forgotten =
+                    delete_where(&mut tx, Kind::FilesScheduledForDeletion, |_| true).await;
+                assert!(forgotten > 0);
+                tx.commit().await.unwrap();
+            })
+        },
+        changes_contents: true,
+        stride: 1,
+    })
+    .await;
+}
+
+/// `ducklake_flush_inlined_data`: a data file replaces the inlined rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_flush() {
+    sweep(CommitPath {
+        name: "inline flush",
+        setup: Some(|store| boxed(inline_history(store))),
+        commit: |store| {
+            boxed(async move {
+                let mut tx = StagedTransaction::new(store.clone());
+                stage(&mut tx, Kind::Snapshot, snapshot_row(3, 1, 2, 1)).await;
+                stage(&mut tx, Kind::DataFile, data_file_row(0, 1, 3)).await;
+                let table = TableRef::parse(INLINED).unwrap();
+                let (base, rows) = tx.scan(table.clone()).await.unwrap();
+                let ids: Vec<i64> = (0..rows.len() as i64).map(|i| base + i).collect();
+                tx.stage_delete(table, &ids).await.unwrap();
+                stage(
+                    &mut tx,
+                    Kind::SnapshotChanges,
+                    changes_row(3, "flushed_inlined:1"),
+                )
+                .await;
+                tx.commit().await.unwrap();
+            })
+        },
+        changes_contents: true,
+        stride: 1,
+    })
+    .await;
+}
+
+/// `ducklake_expire_snapshots`: the cascade that prunes snapshots and files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_cascade() {
+    sweep(CommitPath {
+        name: "expiry cascade",
+        setup: Some(|store| boxed(history(store))),
+        commit: |store| {
+            boxed(async move {
+                expire(store, &[1, 2]).await;
+            })
+        },
+        changes_contents: true,
+        stride: 1,
+    })
+    .await;
+}
