@@ -1,7 +1,8 @@
 """DuckLake on a moraine catalog, driven through the official CLI: one behaviour per test.
 
 Every test attaches `ducklake:moraine:<tmp>/catalog` as `lake` (DATA_PATH `<tmp>/data/`) in fresh CLI processes.
-Setting E2E_LAKE=duckdb runs the same tests on DuckLake's DuckDB-file catalog instead (checks the tests themselves).
+Setting E2E_LAKE=duckdb runs the same tests on DuckLake's DuckDB-file catalog instead (checks the tests themselves);
+test_s3_workload.py runs them with BACKEND = "s3": the catalog in a bucket of a local S3-compatible server.
 """
 
 import os
@@ -14,21 +15,34 @@ BACKEND = os.environ.get("E2E_LAKE", "moraine")
 def attach_sql(tmp):
     if BACKEND == "duckdb":
         return "ATTACH 'ducklake:%s/meta.ducklake' AS lake (DATA_PATH '%s/data/');\n" % (tmp, tmp)
+    if BACKEND == "s3":
+        import s3server
+
+        # DuckDB attaches remote paths READ_ONLY unless told READ_WRITE.
+        return s3server.secret_sql() + "ATTACH 'ducklake:moraine:%s' AS lake (DATA_PATH '%s/data/', READ_WRITE);\n" % (
+            s3server.url(tmp, "catalog"), tmp)
     return "ATTACH 'ducklake:moraine:%s/catalog' AS lake (DATA_PATH '%s/data/');\n" % (tmp, tmp)
+
+
+def extensions():
+    if BACKEND == "duckdb":
+        return ("ducklake",)
+    harness.require_extension("moraine")
+    if BACKEND == "s3":
+        return ("ducklake", "moraine", "httpfs")
+    return ("ducklake", "moraine")
 
 
 def lake(tmp, sql):
     """Runs `sql` in a new CLI process with the lake attached and `USE lake`; returns the result sets."""
-    if BACKEND != "duckdb":
-        harness.require_extension("moraine")
-    load = ("ducklake",) if BACKEND == "duckdb" else ("ducklake", "moraine")
-    return harness.run_cli(attach_sql(tmp) + "USE lake;\n" + sql, load=load).ok().results()
+    results = harness.run_cli(attach_sql(tmp) + "USE lake;\n" + sql, load=extensions()).ok().results()
+    # CREATE SECRET answers with a result set of its own.
+    return results[1:] if BACKEND == "s3" else results
 
 
 def lake_fails(tmp, sql):
     """Runs `sql` like lake() but expects failure; returns stderr."""
-    load = ("ducklake",) if BACKEND == "duckdb" else ("ducklake", "moraine")
-    r = harness.run_cli(attach_sql(tmp) + "USE lake;\n" + sql, load=load)
+    r = harness.run_cli(attach_sql(tmp) + "USE lake;\n" + sql, load=extensions())
     assert r.rc != 0, "expected failure, got:\n" + r.stdout
     return r.stderr
 

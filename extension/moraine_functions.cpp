@@ -99,10 +99,38 @@ static void AuditExecute(ClientContext &context, TableFunctionInput &input, Data
 	output.SetCardinality(count);
 }
 
+static unique_ptr<FunctionData> StatsBind(ClientContext &context, TableFunctionBindInput &input,
+                                          vector<LogicalType> &return_types, vector<string> &names) {
+	auto &catalog = ResolveMoraine(context, input.inputs[0].GetValue<string>());
+	names = {"name", "value"};
+	return_types = {LogicalType::VARCHAR, LogicalType::UBIGINT};
+	return make_uniq<MoraineCatalogBindData>(catalog);
+}
+
+static void StatsExecute(ClientContext &context, TableFunctionInput &input, DataChunk &output) {
+	auto &state = input.global_state->Cast<MoraineOnceState>();
+	if (state.done) {
+		return;
+	}
+	state.done = true;
+	auto &catalog = input.bind_data->Cast<MoraineCatalogBindData>().catalog;
+	MoraineStrings *rows = nullptr;
+	MoraineCall([&](char **err) { return moraine_db_stats(catalog.Handle(), &rows, err); });
+	idx_t count = 0;
+	for (idx_t i = 0; i + 1 < moraine_strings_len(rows); i += 2) {
+		output.SetValue(0, count, Value(moraine_strings_get(rows, i)));
+		output.SetValue(1, count, Value::UBIGINT(std::stoull(moraine_strings_get(rows, i + 1))));
+		count++;
+	}
+	moraine_strings_free(rows);
+	output.SetCardinality(count);
+}
+
 void RegisterMoraineFunctions(ExtensionLoader &loader) {
 	loader.RegisterFunction(
 	    TableFunction("moraine_reclaim", {LogicalType::VARCHAR}, ReclaimExecute, ReclaimBind, InitOnce));
 	loader.RegisterFunction(TableFunction("moraine_audit", {LogicalType::VARCHAR}, AuditExecute, AuditBind, InitOnce));
+	loader.RegisterFunction(TableFunction("moraine_stats", {LogicalType::VARCHAR}, StatsExecute, StatsBind, InitOnce));
 }
 
 } // namespace duckdb

@@ -111,6 +111,12 @@ pub(crate) fn slate(context: &str, err: slatedb::Error) -> Error {
     ) {
         return Error::Fenced;
     }
+    if matches!(err.kind(), slatedb::ErrorKind::Data) {
+        return Error::Corruption(format!(
+            "{context}: {text}. An object of the store is damaged (truncated or overwritten); \
+             restore the store's objects from a copy"
+        ));
+    }
     Error::Store(format!("{context}: {text}"))
 }
 

@@ -31,15 +31,32 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Counts writes and, once the budget is spent, holds every later write
+/// forever.
+#[derive(Debug)]
+struct Gate {
+    writes: AtomicU64,
+    limit: AtomicU64,
+    /// Set once a write has been held back: from then on the world is stopped.
+    frozen: AtomicBool,
+}
+
+impl Gate {
+    async fn pass(&self) {
+        let index = self.writes.fetch_add(1, Ordering::SeqCst);
+        if index >= self.limit.load(Ordering::SeqCst) {
+            self.frozen.store(true, Ordering::SeqCst);
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 /// An object store that passes every call through until its write budget is
 /// spent, then never completes another write.
 #[derive(Debug)]
 struct Freezer {
     inner: Arc<dyn ObjectStore>,
-    writes: AtomicU64,
-    limit: AtomicU64,
-    /// Set once a write has been held back: from then on the world is stopped.
-    frozen: AtomicBool,
+    gate: Arc<Gate>,
 }
 
 impl fmt::Display for Freezer {
@@ -52,30 +69,28 @@ impl Freezer {
     fn new(inner: Arc<dyn ObjectStore>) -> Arc<Freezer> {
         Arc::new(Freezer {
             inner,
-            writes: AtomicU64::new(0),
-            limit: AtomicU64::new(u64::MAX),
-            frozen: AtomicBool::new(false),
+            gate: Arc::new(Gate {
+                writes: AtomicU64::new(0),
+                limit: AtomicU64::new(u64::MAX),
+                frozen: AtomicBool::new(false),
+            }),
         })
     }
 
     /// Lets `budget` more writes through (all of them when `None`).
     fn arm(&self, budget: Option<u64>) -> u64 {
-        let now = self.writes.load(Ordering::SeqCst);
+        let now = self.writes();
         let limit = budget.map_or(u64::MAX, |b| now + b);
-        self.limit.store(limit, Ordering::SeqCst);
+        self.gate.limit.store(limit, Ordering::SeqCst);
         now
     }
 
     fn writes(&self) -> u64 {
-        self.writes.load(Ordering::SeqCst)
+        self.gate.writes.load(Ordering::SeqCst)
     }
 
-    async fn gate(&self) {
-        let index = self.writes.fetch_add(1, Ordering::SeqCst);
-        if index >= self.limit.load(Ordering::SeqCst) {
-            self.frozen.store(true, Ordering::SeqCst);
-            std::future::pending::<()>().await;
-        }
+    fn frozen(&self) -> bool {
+        self.gate.frozen.load(Ordering::SeqCst)
     }
 }
 
@@ -87,7 +102,7 @@ impl ObjectStore for Freezer {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
-        self.gate().await;
+        self.gate.pass().await;
         self.inner.put_opts(location, payload, opts).await
     }
 
@@ -96,7 +111,7 @@ impl ObjectStore for Freezer {
         location: &Path,
         opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.gate().await;
+        self.gate.pass().await;
         self.inner.put_multipart_opts(location, opts).await
     }
 
@@ -113,16 +128,14 @@ impl ObjectStore for Freezer {
         locations: BoxStream<'static, object_store::Result<Path>>,
     ) -> BoxStream<'static, object_store::Result<Path>> {
         // Each delete is one write: gate them one by one, in order.
-        let this = Arc::new(FreezerRef(self as *const Freezer));
+        let gate = self.gate.clone();
         let inner = self.inner.clone();
         locations
             .then(move |location| {
-                let this = this.clone();
+                let gate = gate.clone();
                 let inner = inner.clone();
                 async move {
-                    // SAFETY: the freezer outlives every store that uses it
-                    // (tests keep it alive for the whole sweep).
-                    unsafe { &*this.0 }.gate().await;
+                    gate.pass().await;
                     let location = location?;
                     let mut done =
                         inner.delete_stream(futures_util::stream::iter([Ok(location)]).boxed());
@@ -151,15 +164,10 @@ impl ObjectStore for Freezer {
         to: &Path,
         options: CopyOptions,
     ) -> object_store::Result<()> {
-        self.gate().await;
+        self.gate.pass().await;
         self.inner.copy_opts(from, to, options).await
     }
 }
-
-struct FreezerRef(*const Freezer);
-// SAFETY: Freezer is Sync; the pointer is only read.
-unsafe impl Send for FreezerRef {}
-unsafe impl Sync for FreezerRef {}
 
 type Step = for<'a> fn(&'a Arc<Store>) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
@@ -256,7 +264,7 @@ async fn attempt(path: &CommitPath, budget: Option<u64>) -> Attempt {
     let started = std::time::Instant::now();
     let mut frozen_since = None;
     while !run.is_finished() && started.elapsed() < RUN_LIMIT {
-        if freezer.frozen.load(Ordering::SeqCst) {
+        if freezer.frozen() {
             let since = *frozen_since.get_or_insert_with(std::time::Instant::now);
             if since.elapsed() > GRACE {
                 break;
@@ -524,7 +532,7 @@ async fn inline_flush() {
                 stage(&mut tx, Kind::Snapshot, snapshot_row(3, 1, 2, 1)).await;
                 stage(&mut tx, Kind::DataFile, data_file_row(0, 1, 3)).await;
                 let table = TableRef::parse(INLINED).unwrap();
-                let (base, rows) = tx.scan(table.clone()).await.unwrap();
+                let (base, rows) = tx.scan(table).await.unwrap();
                 let ids: Vec<i64> = (0..rows.len() as i64).map(|i| base + i).collect();
                 tx.stage_delete(table, &ids).await.unwrap();
                 stage(

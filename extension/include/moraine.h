@@ -109,6 +109,8 @@ typedef struct MoraineReclaimReport {
 
 int32_t moraine_db_reclaim(MoraineDb *db, uint64_t deadline_ms, MoraineReclaimReport *report_out, char **err);
 int32_t moraine_db_audit(MoraineDb *db, MoraineStrings **rows_out, char **err);
+// Commit counters of this attach as rows of two strings: name, value.
+int32_t moraine_db_stats(MoraineDb *db, MoraineStrings **rows_out, char **err);
 
 #ifdef __cplusplus
 }

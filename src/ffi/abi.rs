@@ -9,7 +9,7 @@ use super::bridge::block_on;
 use crate::catalog::{self, Cell, Row, TableRef};
 use crate::error::{Error, Result};
 use crate::staged::{StagedTransaction, TableInfo};
-use crate::store::{Store, StoreSettings, StoreUri};
+use crate::store::{panic_text, Store, StoreSettings, StoreUri};
 use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
@@ -54,14 +54,8 @@ pub const CELL_BLOB: u8 = 4;
 
 /// Runs `body`, turning errors and panics into a status code and a message.
 fn guarded(err_out: *mut *mut c_char, body: impl FnOnce() -> Result<()>) -> i32 {
-    let result = catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "unknown panic".into());
-        Err(Error::Internal(what))
-    });
+    let result = catch_unwind(AssertUnwindSafe(body))
+        .unwrap_or_else(|panic| Err(Error::Internal(panic_text(&*panic))));
     match result {
         Ok(()) => 0,
         Err(e) => {
@@ -649,4 +643,79 @@ pub extern "C" fn moraine_db_audit(
             .collect();
         out(rows_out, MoraineStrings { items })
     })
+}
+
+/// Commit counters of this attach as rows of two strings: name, value.
+#[no_mangle]
+pub extern "C" fn moraine_db_stats(
+    db: *mut MoraineDb,
+    rows_out: *mut *mut MoraineStrings,
+    err: *mut *mut c_char,
+) -> i32 {
+    guarded(err, || {
+        let db = handle(db, "database")?;
+        let items = db
+            .store
+            .commits()
+            .snapshot()
+            .into_iter()
+            .flat_map(|(name, value)| [name.to_string(), value.to_string()])
+            .map(|s| CString::new(s).unwrap_or_default())
+            .collect();
+        out(rows_out, MoraineStrings { items })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Kind;
+    use crate::store::value::{decode_record, encode_record, Record};
+    use proptest::prelude::*;
+
+    /// A cell as the shim might hand it over: any kind byte (mostly valid
+    /// ones), any integer, any bytes (UTF-8 or not).
+    fn raw_cell() -> impl Strategy<Value = (u8, i64, Vec<u8>)> {
+        (
+            prop_oneof![3 => 0u8..=4, 1 => any::<u8>()],
+            any::<i64>(),
+            proptest::collection::vec(any::<u8>(), 0..24),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
+        /// The staged-row decoder: whatever cells arrive, decoding them and
+        /// checking them against every metadata table either fails with an
+        /// error or yields a row the store's codec keeps unchanged.
+        #[test]
+        fn staged_rows_from_arbitrary_cells(raw in proptest::collection::vec(raw_cell(), 0..20)) {
+            let cells_in: Vec<MoraineCell> = raw
+                .iter()
+                .map(|(kind, int_value, bytes)| MoraineCell {
+                    kind: *kind,
+                    int_value: *int_value,
+                    ptr: bytes.as_ptr().cast(),
+                    len: bytes.len(),
+                })
+                .collect();
+            let Ok(row) = cells(cells_in.as_ptr(), cells_in.len()) else {
+                return Ok(());
+            };
+            prop_assert_eq!(row.len(), raw.len());
+            for kind in Kind::ALL {
+                if catalog::check_row(kind, &row).is_ok() {
+                    let bytes = encode_record(0x10, &Record::new(row.clone()));
+                    prop_assert_eq!(&decode_record(0x10, &bytes).unwrap().row, &row);
+                }
+            }
+        }
+
+        /// Table names from the shim: anything parses or is refused.
+        #[test]
+        fn table_names_never_panic(name in ".{0,60}") {
+            let _ = table_ref(&name);
+        }
+    }
 }

@@ -435,8 +435,12 @@ impl StagedTransaction {
         if self.ops.is_empty() {
             return Ok(CommitOutcome::Empty);
         }
-        let premise = self.premise().await?;
-        let outcome = translate::commit(&self.store, premise, &self.ops).await?;
+        let outcome = match self.premise().await {
+            Ok(premise) => translate::commit(&self.store, premise, &self.ops).await,
+            Err(e) => Err(e),
+        };
+        self.store.commits().record(&outcome);
+        let outcome = outcome?;
         // A finished transaction must not keep its read view: an open SlateDB
         // snapshot makes compaction keep every version it could see.
         self.pinned = None;

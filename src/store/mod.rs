@@ -11,10 +11,12 @@ pub mod value;
 
 use crate::error::{slate, Error, Result};
 use bytes::Bytes;
+use futures_util::FutureExt;
 use object_store::path::Path;
 use object_store::ObjectStore;
 use slatedb::config::{FlushOptions, FlushType, ScanOptions};
 use slatedb::{Db, DbReader, DbSnapshot, DbTransaction, IsolationLevel};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -44,11 +46,42 @@ pub struct Store {
     uri: StoreUri,
     /// Keys returned by reads through this handle, for load accounting.
     keys_read: AtomicU64,
+    /// Commits tried through this handle and how they ended.
+    commits: CommitCounters,
     /// Renews the writer lease while a writer is open.
     lease: Option<tokio::task::JoinHandle<()>>,
 }
 
 pub type KeyValues = Vec<(Bytes, Bytes)>;
+
+/// How the commits tried through one handle ended: with a host that retries
+/// lost races (DuckLake does), attempts per landed commit measure contention.
+#[derive(Debug, Default)]
+pub struct CommitCounters {
+    attempted: AtomicU64,
+    landed: AtomicU64,
+    conflicts: AtomicU64,
+}
+
+impl CommitCounters {
+    pub fn record<T>(&self, outcome: &Result<T>) {
+        self.attempted.fetch_add(1, Ordering::Relaxed);
+        match outcome {
+            Ok(_) => self.landed.fetch_add(1, Ordering::Relaxed),
+            Err(Error::Conflict(_)) => self.conflicts.fetch_add(1, Ordering::Relaxed),
+            Err(_) => 0,
+        };
+    }
+
+    /// `(name, value)` pairs: attempted, landed, conflicts.
+    pub fn snapshot(&self) -> [(&'static str, u64); 3] {
+        [
+            ("commits_attempted", self.attempted.load(Ordering::Relaxed)),
+            ("commits_landed", self.landed.load(Ordering::Relaxed)),
+            ("commit_conflicts", self.conflicts.load(Ordering::Relaxed)),
+        ]
+    }
+}
 
 impl Store {
     pub async fn open(uri: &StoreUri, settings: &StoreSettings) -> Result<Store> {
@@ -73,6 +106,7 @@ impl Store {
                 )));
             }
             let reader = DbReader::builder(root.clone(), object_store.clone())
+                .with_options(settings.reader_options())
                 .build()
                 .await
                 .map_err(|e| slate(&format!("opening {uri} read-only"), e))?;
@@ -85,12 +119,30 @@ impl Store {
                 settings.force_takeover,
             )
             .await?;
-            let db = Db::builder(root.clone(), object_store.clone())
-                .with_settings(settings.slatedb_settings(uri))
-                .build()
-                .await
-                .map_err(|e| slate(&format!("opening {uri}"), e))?;
-            Handle::Writer(db)
+            let context = format!("opening {uri}");
+            // SlateDB panics on some damaged manifests; that is an error here.
+            let opened = AssertUnwindSafe(
+                Db::builder(root.clone(), object_store.clone())
+                    .with_settings(settings.slatedb_settings(uri))
+                    .build(),
+            )
+            .catch_unwind()
+            .await
+            .map_err(|panic| {
+                Error::Corruption(format!(
+                    "{context}: SlateDB could not decode the store ({}); an object of the store is damaged",
+                    panic_text(&*panic)
+                ))
+            })
+            .and_then(|built| built.map_err(|e| slate(&context, e)));
+            match opened {
+                Ok(db) => Handle::Writer(db),
+                Err(e) => {
+                    // A store that cannot open must not stay locked.
+                    lease::release(&object_store, &root).await;
+                    return Err(e);
+                }
+            }
         };
         let lease =
             (!settings.read_only).then(|| lease::keep_alive(object_store.clone(), root.clone()));
@@ -100,8 +152,13 @@ impl Store {
             root,
             uri: uri.clone(),
             keys_read: AtomicU64::new(0),
+            commits: CommitCounters::default(),
             lease,
         })
+    }
+
+    pub fn commits(&self) -> &CommitCounters {
+        &self.commits
     }
 
     /// How many keys reads through this handle have returned so far.
@@ -244,6 +301,15 @@ impl Store {
     }
 }
 
+/// The message a panic carries.
+pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
 /// What SlateDB and moraine keep at a store's root.
 const STORE_ENTRIES: [&str; 7] = [
     "manifest",
@@ -283,8 +349,8 @@ async fn check_location(
     }
     match names.iter().find(|n| !STORE_ENTRIES.contains(&n.as_str())) {
         Some(name) => Err(Error::InvalidArgument(format!(
-            "{uri} is not a moraine store: its catalog location {root} holds '{name}' and no SlateDB \
-             manifest. Point the ATTACH at an empty location or an existing moraine store"
+            "{uri} is not a moraine store: it holds {root}/{name} but no SlateDB manifest. Point the \
+             ATTACH at an empty location or an existing moraine store"
         ))),
         None => Ok(false),
     }

@@ -4,7 +4,8 @@
 use super::uri::StoreUri;
 use crate::error::{Error, Result};
 use slatedb::config::{
-    CompactorOptions, GarbageCollectorDirectoryOptions, GarbageCollectorOptions, Settings,
+    CompactorOptions, DbReaderOptions, GarbageCollectorDirectoryOptions, GarbageCollectorOptions,
+    Settings,
 };
 use std::time::Duration;
 
@@ -25,6 +26,10 @@ pub struct StoreSettings {
     /// How long a compaction keeps its inputs readable. It bounds how long
     /// one read transaction may run; a catalog transaction is short.
     pub compaction_checkpoint: Duration,
+    /// How often SlateDB retries a failing object-store call before the
+    /// error surfaces. SlateDB's default retries forever, which turns an
+    /// unreachable bucket or a damaged object into a hung statement.
+    pub object_store_retries: u32,
     /// Endpoint and credentials of an `s3://` store.
     pub s3: S3Options,
 }
@@ -70,18 +75,20 @@ impl Default for StoreSettings {
             gc_interval: Duration::from_secs(60),
             compactor_poll: Duration::from_secs(5),
             compaction_checkpoint: Duration::from_secs(120),
+            object_store_retries: 5,
             s3: S3Options::default(),
         }
     }
 }
 
 /// The attach options moraine understands (DuckLake forwards `META_<name>`).
-pub const OPTION_NAMES: [&str; 12] = [
+pub const OPTION_NAMES: [&str; 13] = [
     "gc_min_age_seconds",
     "gc_interval_seconds",
     "compactor_poll_ms",
     "compaction_checkpoint_seconds",
     "force_takeover",
+    "object_store_retries",
     "s3_endpoint",
     "s3_region",
     "s3_key_id",
@@ -113,6 +120,9 @@ impl StoreSettings {
                 self.compaction_checkpoint = Duration::from_secs(number()?.max(1))
             }
             "force_takeover" => self.force_takeover = number()? != 0,
+            "object_store_retries" => {
+                self.object_store_retries = u32::try_from(number()?).unwrap_or(u32::MAX)
+            }
             "s3_endpoint" => self.s3.endpoint = non_empty(value),
             "s3_region" => self.s3.region = non_empty(value),
             "s3_key_id" => self.s3.key_id = non_empty(value),
@@ -148,6 +158,13 @@ impl StoreSettings {
         Ok(())
     }
 
+    pub fn reader_options(&self) -> DbReaderOptions {
+        DbReaderOptions {
+            object_store_max_retries: Some(self.object_store_retries),
+            ..DbReaderOptions::default()
+        }
+    }
+
     pub fn slatedb_settings(&self, uri: &StoreUri) -> Settings {
         let dir = GarbageCollectorDirectoryOptions {
             interval: Some(self.gc_interval),
@@ -169,6 +186,7 @@ impl StoreSettings {
             .insert("include_size_threshold".into(), "1000000".into());
         Settings {
             flush_interval: Some(Duration::from_millis(100)),
+            object_store_max_retries: Some(self.object_store_retries),
             compactor_options: Some(compactor),
             garbage_collector_options: Some(GarbageCollectorOptions {
                 manifest_options: Some(dir),

@@ -428,7 +428,12 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
 }
 
 fn cargo_test(root: &Path) -> Result<Counts> {
-    let (ok, out) = run_tee(cargo().args(["test", "--workspace"]).current_dir(root))?;
+    // --show-output: the crash sweep and other reports print their figures.
+    let (ok, out) = run_tee(
+        cargo()
+            .args(["test", "--workspace", "--", "--show-output"])
+            .current_dir(root),
+    )?;
     let mut counts = summary::cargo_test_totals(&out);
     if !ok && counts.failed == 0 {
         counts.failed += 1; // did not compile, or a harness crashed

@@ -1,0 +1,76 @@
+"""A DuckLake INSERT killed with SIGKILL part-way, through the official CLI: the lake stays attachable and
+consistent. The killed writer's lease still holds the store until it expires (the takeover rule), and
+`META_FORCE_TAKEOVER 1` takes over at once; the INSERT is then wholly absent or wholly present, snapshot ids
+stay consecutive, and the lake takes new commits. An orphaned Parquet file is acceptable: it is what
+`ducklake_delete_orphaned_files` is for."""
+
+import os
+import signal
+import subprocess
+import time
+
+import harness
+
+ROWS = 20_000_000
+
+
+def attach(tmp, extra=""):
+    return "ATTACH 'ducklake:moraine:%s/catalog' AS lake (DATA_PATH '%s/data/'%s);\n" % (tmp, tmp, extra)
+
+
+def start_insert(tmp):
+    sql = harness.preamble() + attach(tmp) + "INSERT INTO lake.t SELECT range AS x FROM range(%d);\n" % ROWS
+    proc = subprocess.Popen([harness.CLI, "-unsigned", "-bail", ":memory:"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdin.write(sql)
+    proc.stdin.close()
+    return proc
+
+
+def test_sigkill_mid_insert_leaves_a_consistent_lake(tmp):
+    harness.require_extension("moraine")
+    harness.run_cli(attach(tmp) + "CREATE TABLE lake.t (x BIGINT); INSERT INTO lake.t VALUES (-1);").ok()
+    # How long an uninterrupted INSERT takes, so the kills land inside one.
+    started = time.time()
+    proc = start_insert(tmp)
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    whole = time.time() - started
+    expected = {1}
+    interrupted = 0
+    cut_points = [0.15, 0.35, 0.6, 0.85]
+    for fraction in cut_points:
+        proc = start_insert(tmp)
+        time.sleep(whole * fraction)
+        alive = proc.poll() is None
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        if alive:
+            interrupted += 1
+        # The killed writer's lease has not expired: a plain attach is refused with the takeover rule.
+        r = harness.run_cli(attach(tmp) + "SELECT 1;", bail=False)
+        if alive:
+            assert r.rc != 0 and "in use by another writer" in r.stderr and "force_takeover" in r.stderr, r.stderr
+        r = harness.run_cli(attach(tmp, ", META_FORCE_TAKEOVER 1") + """
+            SELECT count(*) AS n FROM lake.t;
+            SELECT list(snapshot_id ORDER BY snapshot_id) AS ids FROM ducklake_snapshots('lake');
+        """).ok()
+        count, ids = r.results()
+        n = count[0]["n"]
+        # The INSERT is all or nothing, on top of what was there.
+        assert (n - 1) % ROWS == 0, n
+        expected.add(n)
+        ids = ids[0]["ids"]
+        assert ids == list(range(len(ids))), ids
+    assert interrupted >= 1, "no kill landed while an INSERT ran"
+    # The lake still takes commits, and orphan cleanup removes what the killed INSERTs left behind.
+    r = harness.run_cli(attach(tmp, ", META_FORCE_TAKEOVER 1") + """
+        INSERT INTO lake.t VALUES (-2);
+        CALL ducklake_delete_orphaned_files('lake', cleanup_all => true);
+        SELECT count(*) AS n FROM lake.t;
+    """).ok()
+    n = r.results()[-1][0]["n"]
+    assert (n - 2) % ROWS == 0, n
+    files = sorted(os.listdir(os.path.join(tmp, "data", "main", "t")))
+    listed = harness.run_cli(attach(tmp) + "SELECT count(*) AS n FROM ducklake_list_files('lake', 't');").ok()
+    assert len(files) == listed.results()[0][0]["n"], files
+    print("sigkill: %d kill points over a %.1fs INSERT, %d interrupted it" % (len(cut_points), whole, interrupted))
