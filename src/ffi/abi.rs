@@ -636,13 +636,20 @@ pub extern "C" fn moraine_db_audit(
     guarded(err, || {
         let db = handle(db, "database")?;
         let audit = block_on(crate::reclaim::audit::audit(&db.store))??;
-        let items = crate::reclaim::audit::rows(&audit)
-            .into_iter()
-            .flat_map(|row| row.into_iter())
-            .map(|s| CString::new(s.replace('\0', " ")).unwrap_or_default())
-            .collect();
-        out(rows_out, MoraineStrings { items })
+        let cells = crate::reclaim::audit::rows(&audit).into_iter().flatten();
+        string_rows(rows_out, cells)
     })
+}
+
+/// Hands rows of strings, flattened cell by cell, to the shim.
+fn string_rows(
+    rows_out: *mut *mut MoraineStrings,
+    cells: impl Iterator<Item = String>,
+) -> Result<()> {
+    let items = cells
+        .map(|s| CString::new(s.replace('\0', " ")).unwrap_or_default())
+        .collect();
+    out(rows_out, MoraineStrings { items })
 }
 
 /// Commit counters of this attach as rows of two strings: name, value.
@@ -654,15 +661,11 @@ pub extern "C" fn moraine_db_stats(
 ) -> i32 {
     guarded(err, || {
         let db = handle(db, "database")?;
-        let items = db
-            .store
-            .commits()
-            .snapshot()
+        let counters = db.store.commits().snapshot();
+        let cells = counters
             .into_iter()
-            .flat_map(|(name, value)| [name.to_string(), value.to_string()])
-            .map(|s| CString::new(s).unwrap_or_default())
-            .collect();
-        out(rows_out, MoraineStrings { items })
+            .flat_map(|(name, value)| [name.to_string(), value.to_string()]);
+        string_rows(rows_out, cells)
     })
 }
 

@@ -29,6 +29,18 @@ usage: cargo xtask <command>
 ";
 
 /// DuckDB extensions shipped as pip packages that `setup` installs into `.duckdb_extensions/`.
+fn pip_install(python: &Path) -> Command {
+    let mut cmd = Command::new(python);
+    cmd.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+    ]);
+    cmd
+}
+
 /// A DuckDB CLI of another release, kept apart from the pinned runtime.
 const OTHER_DUCKDB_CLI: &str = "duckdb-cli==1.5.4";
 const OTHER_DUCKDB_DIR: &str = "other-duckdb-1.5.4";
@@ -225,16 +237,7 @@ fn setup(root: &Path) -> Result<()> {
     let stamp = format!("{:016x}\n", fnv1a(&req));
     if std::fs::read_to_string(&stamp_path).ok().as_deref() != Some(stamp.as_str()) {
         println!("setup: pip install -r duckdb/requirements.txt");
-        run(Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .arg("-r")
-            .arg(&req_path))?;
+        run(pip_install(&python).arg("-r").arg(&req_path))?;
         std::fs::write(&stamp_path, &stamp).map_err(|e| e.to_string())?;
     }
 
@@ -246,15 +249,8 @@ fn setup(root: &Path) -> Result<()> {
             "setup: pip install --target {} {OTHER_DUCKDB_CLI}",
             other.display()
         );
-        run(Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--target",
-            ])
+        run(pip_install(&python)
+            .arg("--target")
             .arg(&other)
             .arg(OTHER_DUCKDB_CLI))?;
     }
