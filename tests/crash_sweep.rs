@@ -18,7 +18,6 @@ use moraine::catalog::{Kind, TableRef};
 use moraine::staged::StagedTransaction;
 use moraine::store::keys;
 use moraine::store::{Store, StoreSettings, StoreUri};
-use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
@@ -182,9 +181,33 @@ struct CommitPath {
     /// Every how many cut points to try: 1 for commits; reclaim makes
     /// dozens of writes, each cut costing seconds of compaction and GC.
     stride: u64,
+    backends: &'static [Backend],
 }
 
-const URI: &str = "memory://crash-sweep";
+const BOTH: &[Backend] = &[Backend::Memory, Backend::Local];
+
+/// Where a sweep runs: the in-process store and the local filesystem (the
+/// default back-end, whose puts are write-then-rename).
+#[derive(Debug, Clone, Copy)]
+enum Backend {
+    Memory,
+    Local,
+}
+
+/// A fresh, empty store location; the directory lives as long as the guard.
+fn fresh_location(backend: Backend) -> (StoreUri, Option<tempfile::TempDir>) {
+    match backend {
+        Backend::Memory => {
+            let name = format!("memory://crash-sweep-{}", uuid::Uuid::new_v4());
+            (StoreUri::parse(&name).unwrap(), None)
+        }
+        Backend::Local => {
+            let dir = tempfile::tempdir().unwrap();
+            let uri = StoreUri::parse(dir.path().to_str().unwrap()).unwrap();
+            (uri, Some(dir))
+        }
+    }
+}
 /// How long a run may go on after a write froze before it counts as stuck:
 /// in-memory work finishes in milliseconds, and nothing that needs a write
 /// can finish at all.
@@ -220,9 +243,9 @@ struct Attempt {
 
 /// Runs `path` on a fresh store, cutting the world off after `budget` writes
 /// of the commit, and reopens the store without the cut.
-async fn attempt(path: &CommitPath, budget: Option<u64>) -> Attempt {
-    let uri = StoreUri::parse(URI).unwrap();
-    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+async fn attempt(path: &CommitPath, backend: Backend, budget: Option<u64>) -> Attempt {
+    let (uri, _dir) = fresh_location(backend);
+    let inner = uri.object_store(&Default::default()).unwrap();
     let freezer = Freezer::new(inner.clone());
     let mut before = Vec::new();
     let mut store = None;
@@ -296,9 +319,16 @@ async fn attempt(path: &CommitPath, budget: Option<u64>) -> Attempt {
     }
 }
 
-/// Sweeps every cut point of `path` and reports how many it tried.
+/// Sweeps every cut point of `path` on each back-end.
 async fn sweep(path: CommitPath) {
-    let whole = attempt(&path, None).await;
+    for backend in path.backends {
+        sweep_on(&path, *backend).await;
+    }
+}
+
+/// Sweeps every cut point of `path` and reports how many it tried.
+async fn sweep_on(path: &CommitPath, backend: Backend) {
+    let whole = attempt(path, backend, None).await;
     assert!(
         whole.acknowledged,
         "{}: the uncut commit did not finish",
@@ -315,16 +345,7 @@ async fn sweep(path: CommitPath) {
     let mut tried = 0;
     for cut in (0..whole.writes).step_by(path.stride as usize) {
         tried += 1;
-        let clock = std::time::Instant::now();
-        let run = attempt(&path, Some(cut)).await;
-        if std::env::var_os("MORAINE_SWEEP_TRACE").is_some() {
-            eprintln!(
-                "{} cut {cut}/{}: {:?}",
-                path.name,
-                whole.writes,
-                clock.elapsed()
-            );
-        }
+        let run = attempt(path, backend, Some(cut)).await;
         assert_eq!(
             run.before, whole.before,
             "{}: setup is not deterministic",
@@ -353,8 +374,8 @@ async fn sweep(path: CommitPath) {
         }
     }
     println!(
-        "crash sweep {}: {tried} cut points tried over {} object writes; {interrupted} interrupted commits; \
-         reopened wholly after {landed}, wholly before {lost}",
+        "crash sweep {} ({backend:?}): {tried} cut points tried over {} object writes; \
+         {interrupted} interrupted commits; reopened wholly after {landed}, wholly before {lost}",
         path.name, whole.writes
     );
     assert!(
@@ -378,6 +399,7 @@ async fn genesis() {
         commit: |store| boxed(bootstrap(store)),
         changes_contents: true,
         stride: 1,
+        backends: BOTH,
     })
     .await;
 }
@@ -408,6 +430,7 @@ async fn ordinary_commit() {
         },
         changes_contents: true,
         stride: 1,
+        backends: BOTH,
     })
     .await;
 }
@@ -463,6 +486,7 @@ async fn drop_ending_many_records() {
         commit: |store| boxed(drop_wide_table(store)),
         changes_contents: true,
         stride: 1,
+        backends: BOTH,
     })
     .await;
 }
@@ -490,6 +514,7 @@ async fn reclaim_after_drop() {
         },
         changes_contents: false,
         stride: 12,
+        backends: &[Backend::Memory],
     })
     .await;
 }
@@ -516,6 +541,7 @@ async fn head_preserving_maintenance() {
         },
         changes_contents: true,
         stride: 1,
+        backends: BOTH,
     })
     .await;
 }
@@ -546,6 +572,7 @@ async fn inline_flush() {
         },
         changes_contents: true,
         stride: 1,
+        backends: BOTH,
     })
     .await;
 }
@@ -563,6 +590,7 @@ async fn expiry_cascade() {
         },
         changes_contents: true,
         stride: 1,
+        backends: BOTH,
     })
     .await;
 }
