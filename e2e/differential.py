@@ -53,12 +53,14 @@ UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{
 class Side:
     """One lake: a connection with the lake attached as `lake`."""
 
-    def __init__(self, name, base, attach_sql, load):
+    def __init__(self, name, base, attach_sql, load, setup=()):
         self.name = name
         self.base = base
         os.makedirs(base, exist_ok=True)
         self.con = harness.connect(load=load)
         self.con.execute("SET threads=1")
+        for sql in setup:
+            self.con.execute(sql)
         self.con.execute(attach_sql)
 
     def close(self):
@@ -81,6 +83,18 @@ def moraine_side(tmp):
     return Side("moraine", base,
                 "ATTACH 'ducklake:moraine:%s/catalog' AS %s (DATA_PATH '%s/data/')" % (base, ALIAS, base),
                 ("ducklake", "moraine"))
+
+
+def moraine_s3_side(tmp):
+    """moraine with the catalog in the local S3 server's bucket (Parquet stays local, as on the other sides)."""
+    import s3server
+
+    harness.require_extension("moraine")
+    base = os.path.join(tmp, "mor")
+    return Side("moraine on S3", base,
+                "ATTACH 'ducklake:moraine:%s' AS %s (DATA_PATH '%s/data/', READ_WRITE)" % (
+                    s3server.url(tmp, "catalog"), ALIAS, base),
+                s3server.LOAD, setup=[s3server.secret_sql()])
 
 
 # ------------------------------------------------------------------------------------------------
