@@ -97,6 +97,7 @@ impl Store {
     ) -> Result<Store> {
         let root = uri.root_path();
         let existing = check_location(uri, &object_store, &root).await?;
+        let mut lease_version = None;
         let handle = if settings.read_only {
             if !existing {
                 return Err(Error::NotFound(format!(
@@ -112,7 +113,7 @@ impl Store {
                 .map_err(|e| slate(&format!("opening {uri} read-only"), e))?;
             Handle::Reader(Box::new(reader))
         } else {
-            lease::acquire(
+            lease_version = lease::acquire(
                 &object_store,
                 &root,
                 &uri.to_string(),
@@ -144,8 +145,8 @@ impl Store {
                 }
             }
         };
-        let lease =
-            (!settings.read_only).then(|| lease::keep_alive(object_store.clone(), root.clone()));
+        let lease = (!settings.read_only)
+            .then(|| lease::keep_alive(object_store.clone(), root.clone(), lease_version));
         Ok(Store {
             handle,
             object_store,
