@@ -302,7 +302,8 @@ async fn attempt(path: &CommitPath, backend: Backend, budget: Option<u64>) -> At
     std::mem::forget(freezer.clone());
     let reopened = Store::open_on(&uri, inner, &settings(true)).await.unwrap();
     let after_reopen = contents(&reopened).await;
-    // The reopened store still takes commits.
+    // The reopened store is usable: an empty one bootstraps, any other
+    // yields its head to a new transaction.
     let reopened = Arc::new(reopened);
     if after_reopen.is_empty() {
         bootstrap(&reopened).await;
