@@ -186,6 +186,19 @@ struct CommitPath {
 
 const BOTH: &[Backend] = &[Backend::Memory, Backend::Local];
 
+impl CommitPath {
+    /// What an ordinary commit path shares; each path names itself and
+    /// supplies its own setup and commit.
+    const ONE_COMMIT: CommitPath = CommitPath {
+        name: "",
+        setup: None,
+        commit: |_| boxed(async {}),
+        changes_contents: true,
+        stride: 1,
+        backends: BOTH,
+    };
+}
+
 /// Where a sweep runs: the in-process store and the local filesystem (the
 /// default back-end, whose puts are write-then-rename).
 #[derive(Debug, Clone, Copy)]
@@ -398,9 +411,7 @@ async fn genesis() {
         name: "genesis",
         setup: None,
         commit: |store| boxed(bootstrap(store)),
-        changes_contents: true,
-        stride: 1,
-        backends: BOTH,
+        ..CommitPath::ONE_COMMIT
     })
     .await;
 }
@@ -429,9 +440,7 @@ async fn ordinary_commit() {
                 tx.commit().await.unwrap();
             })
         },
-        changes_contents: true,
-        stride: 1,
-        backends: BOTH,
+        ..CommitPath::ONE_COMMIT
     })
     .await;
 }
@@ -485,9 +494,7 @@ async fn drop_ending_many_records() {
         name: "drop",
         setup: Some(|store| boxed(wide_table(store))),
         commit: |store| boxed(drop_wide_table(store)),
-        changes_contents: true,
-        stride: 1,
-        backends: BOTH,
+        ..CommitPath::ONE_COMMIT
     })
     .await;
 }
@@ -514,7 +521,7 @@ async fn reclaim_after_drop() {
             })
         },
         changes_contents: false,
-        stride: 12,
+        stride: 4,
         backends: &[Backend::Memory],
     })
     .await;
@@ -540,9 +547,7 @@ async fn head_preserving_maintenance() {
                 tx.commit().await.unwrap();
             })
         },
-        changes_contents: true,
-        stride: 1,
-        backends: BOTH,
+        ..CommitPath::ONE_COMMIT
     })
     .await;
 }
@@ -571,9 +576,7 @@ async fn inline_flush() {
                 tx.commit().await.unwrap();
             })
         },
-        changes_contents: true,
-        stride: 1,
-        backends: BOTH,
+        ..CommitPath::ONE_COMMIT
     })
     .await;
 }
@@ -589,9 +592,7 @@ async fn expiry_cascade() {
                 expire(store, &[1, 2]).await;
             })
         },
-        changes_contents: true,
-        stride: 1,
-        backends: BOTH,
+        ..CommitPath::ONE_COMMIT
     })
     .await;
 }
