@@ -92,13 +92,13 @@ async fn nudge(store: &Store, started: Instant) -> Result<()> {
 }
 
 /// Submits every L0 and sorted run into the oldest run and waits (bounded)
-/// until the tree is one run.
+/// until the tree is one run. Returns whether there was anything to merge.
 async fn full_compaction(
     db: &slatedb::Db,
     admin: &slatedb::admin::Admin,
     started: Instant,
     deadline: Duration,
-) -> Result<()> {
+) -> Result<bool> {
     let manifest = db.manifest();
     let mut sources: Vec<SourceId> = manifest
         .l0()
@@ -111,8 +111,9 @@ async fn full_compaction(
             .iter()
             .map(|run| SourceId::SortedRun(run.id)),
     );
-    if sources.is_empty() {
-        return Ok(());
+    // One sorted run and no L0: nothing to merge.
+    if manifest.l0().is_empty() && sources.len() <= 1 {
+        return Ok(false);
     }
     let destination = manifest
         .compacted()
@@ -128,11 +129,11 @@ async fn full_compaction(
         refresh(db).await?;
         let manifest = db.manifest();
         if manifest.l0().is_empty() && manifest.compacted().len() <= 1 {
-            return Ok(());
+            return Ok(true);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Flushes, compacts every run into the last one, collects garbage, and
@@ -147,12 +148,19 @@ pub async fn reclaim(store: &Store, deadline: Duration) -> Result<ReclaimReport>
     // Two full compactions: the first folds everything into the last run and
     // drops tombstones; by the second, the manifest's record of the oldest
     // live read has moved past the deletes, so the versions the first had to
-    // keep for readers go too.
-    for pass in 0..2 {
+    // keep for readers go too. Each pass after the first starts from a fresh
+    // L0, so it always merges; the first has nothing to do when the
+    // background compactor already left one run, so then a third pass runs.
+    let mut merged = 0;
+    let mut pass = 0;
+    while merged < 2 && pass < 3 {
         if pass > 0 {
             nudge(store, started).await?;
         }
-        full_compaction(db, &admin, started, deadline).await?;
+        if full_compaction(db, &admin, started, deadline).await? {
+            merged += 1;
+        }
+        pass += 1;
     }
     let now = GarbageCollectorDirectoryOptions {
         interval: None,
