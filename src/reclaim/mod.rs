@@ -179,8 +179,12 @@ pub async fn reclaim(store: &Store, deadline: Duration) -> Result<ReclaimReport>
     let mut last = before.bytes();
     let mut stable_rounds = 0;
     while started.elapsed() < deadline && stable_rounds < 3 {
-        // A later L0 releases the newest compaction outputs to collection.
+        // A later L0 releases the newest compaction outputs to collection,
+        // and merging it in again drops versions kept for a read that has
+        // ended since the last merge (how soon the manifest records that
+        // varies, so a fixed number of merges is not always enough).
         nudge(store, started).await?;
+        full_compaction(db, &admin, started, deadline).await?;
         tokio::time::sleep(Duration::from_millis(1100)).await;
         // Collect only what the writer's own view no longer references: its
         // manifest can lag the compactor's by a poll interval.
