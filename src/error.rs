@@ -100,6 +100,15 @@ fn defuse_retry_words(text: &str) -> String {
     out
 }
 
+/// The message a caught panic carries.
+pub(crate) fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
 pub(crate) fn slate(context: &str, err: slatedb::Error) -> Error {
     let text = err.to_string();
     if matches!(err.kind(), slatedb::ErrorKind::Transaction) {

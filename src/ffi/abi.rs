@@ -7,9 +7,9 @@
 
 use super::bridge::block_on;
 use crate::catalog::{self, Cell, Row, TableRef};
-use crate::error::{Error, Result};
+use crate::error::{panic_text, Error, Result};
 use crate::staged::{StagedTransaction, TableInfo};
-use crate::store::{panic_text, Store, StoreSettings, StoreUri};
+use crate::store::{Store, StoreSettings, StoreUri};
 use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};

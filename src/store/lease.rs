@@ -49,7 +49,7 @@ pub async fn acquire(
     root: &Path,
     uri: &str,
     force: bool,
-) -> Result<Option<UpdateVersion>> {
+) -> Result<UpdateVersion> {
     let path = lease_path(root);
     let mode = match store.get(&path).await {
         Ok(found) => {
@@ -97,11 +97,7 @@ fn in_use(uri: &str, holder: &str) -> Error {
 /// that changed since it was read means another writer moved first
 /// (`Error::Conflict`). The local filesystem has no If-Match, so there the
 /// write is unconditional and SlateDB's fencing settles a race.
-async fn write(
-    store: &Arc<dyn ObjectStore>,
-    path: &Path,
-    mode: PutMode,
-) -> Result<Option<UpdateVersion>> {
+async fn write(store: &Arc<dyn ObjectStore>, path: &Path, mode: PutMode) -> Result<UpdateVersion> {
     let body = || {
         let text = format!("{} until {}", owner(), now_seconds() + LEASE_SECONDS);
         PutPayload::from(text.into_bytes())
@@ -111,10 +107,10 @@ async fn write(
         other => other,
     };
     match written {
-        Ok(result) => Ok(Some(UpdateVersion {
+        Ok(result) => Ok(UpdateVersion {
             e_tag: result.e_tag,
             version: result.version,
-        })),
+        }),
         Err(
             object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. },
         ) => Err(Error::Conflict("the writer lease changed".into())),
@@ -131,15 +127,14 @@ pub async fn release(store: &Arc<dyn ObjectStore>, root: &Path) {
 pub fn keep_alive(
     store: Arc<dyn ObjectStore>,
     root: Path,
-    written: Option<UpdateVersion>,
+    written: UpdateVersion,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let path = lease_path(&root);
         let mut last = written;
         loop {
             tokio::time::sleep(Duration::from_secs(LEASE_SECONDS / 3)).await;
-            let mode = last.clone().map_or(PutMode::Overwrite, PutMode::Update);
-            match write(&store, &path, mode).await {
+            match write(&store, &path, PutMode::Update(last.clone())).await {
                 Ok(version) => last = version,
                 Err(Error::Conflict(_)) => return,
                 // A failed renewal is retried at the next tick.
@@ -207,8 +202,7 @@ mod tests {
             .put(&lease_path(&root), "pid 3 (z) until 1".into())
             .await
             .unwrap();
-        let version = acquire(&store, &root, "memory://t", false).await.unwrap();
-        assert!(version.is_some());
+        acquire(&store, &root, "memory://t", false).await.unwrap();
         let text = store
             .get(&lease_path(&root))
             .await

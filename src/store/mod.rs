@@ -9,13 +9,13 @@ pub mod settings;
 pub mod uri;
 pub mod value;
 
-use crate::error::{slate, Error, Result};
+use crate::error::{panic_text, slate, Error, Result};
 use bytes::Bytes;
 use futures_util::FutureExt;
 use object_store::path::Path;
 use object_store::ObjectStore;
 use slatedb::config::{FlushOptions, FlushType, ScanOptions};
-use slatedb::{Db, DbReader, DbSnapshot, DbTransaction, IsolationLevel};
+use slatedb::{Db, DbIterator, DbReader, DbSnapshot, DbTransaction, IsolationLevel};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -97,8 +97,7 @@ impl Store {
     ) -> Result<Store> {
         let root = uri.root_path();
         let existing = check_location(uri, &object_store, &root).await?;
-        let mut lease_version = None;
-        let handle = if settings.read_only {
+        let (handle, lease) = if settings.read_only {
             if !existing {
                 return Err(Error::NotFound(format!(
                     "no moraine store at {uri}: a READ_ONLY attach opens an existing store and cannot create one. \
@@ -111,9 +110,9 @@ impl Store {
                 .build()
                 .await
                 .map_err(|e| slate(&format!("opening {uri} read-only"), e))?;
-            Handle::Reader(Box::new(reader))
+            (Handle::Reader(Box::new(reader)), None)
         } else {
-            lease_version = lease::acquire(
+            let lease_version = lease::acquire(
                 &object_store,
                 &root,
                 &uri.to_string(),
@@ -137,7 +136,11 @@ impl Store {
             })
             .and_then(|built| built.map_err(|e| slate(&context, e)));
             match opened {
-                Ok(db) => Handle::Writer(db),
+                Ok(db) => {
+                    let renewal =
+                        lease::keep_alive(object_store.clone(), root.clone(), lease_version);
+                    (Handle::Writer(db), Some(renewal))
+                }
                 Err(e) => {
                     // A store that cannot open must not stay locked.
                     lease::release(&object_store, &root).await;
@@ -145,8 +148,6 @@ impl Store {
                 }
             }
         };
-        let lease = (!settings.read_only)
-            .then(|| lease::keep_alive(object_store.clone(), root.clone(), lease_version));
         Ok(Store {
             handle,
             object_store,
@@ -215,23 +216,9 @@ impl Store {
     }
 
     pub async fn scan_prefix(&self, view: &ReadView, prefix: &[u8]) -> Result<KeyValues> {
-        let ctx = || format!("scanning prefix {prefix:02x?}");
-        let mut iter = match (view, &self.handle) {
-            (ReadView::Snapshot(s), _) => {
-                s.scan_prefix_with_options(prefix, .., &bulk_scan()).await
-            }
-            (ReadView::Reader, Handle::Reader(r)) => {
-                r.scan_prefix_with_options(prefix, .., &bulk_scan()).await
-            }
-            (ReadView::Reader, Handle::Writer(db)) => {
-                db.scan_prefix_with_options(prefix, .., &bulk_scan()).await
-            }
-        }
-        .map_err(|e| slate(&ctx(), e))?;
-        let mut out = Vec::new();
-        while let Some(kv) = iter.next().await.map_err(|e| slate(&ctx(), e))? {
-            out.push((kv.key, kv.value));
-        }
+        let ctx = format!("scanning prefix {prefix:02x?}");
+        let iter = self.prefix_iter(view, prefix, &bulk_scan(), &ctx).await?;
+        let out = drain(iter, &ctx).await?;
         self.keys_read
             .fetch_add(out.len() as u64, Ordering::Relaxed);
         Ok(out)
@@ -240,13 +227,29 @@ impl Store {
     /// Whether the store holds no key at all.
     pub async fn is_empty(&self, view: &ReadView) -> Result<bool> {
         let ctx = "looking for any key";
-        let mut iter = match (view, &self.handle) {
-            (ReadView::Snapshot(s), _) => s.scan_prefix(b"", ..).await,
-            (ReadView::Reader, Handle::Reader(r)) => r.scan_prefix(b"", ..).await,
-            (ReadView::Reader, Handle::Writer(db)) => db.scan_prefix(b"", ..).await,
-        }
-        .map_err(|e| slate(ctx, e))?;
+        let mut iter = self
+            .prefix_iter(view, b"", &ScanOptions::default(), ctx)
+            .await?;
         Ok(iter.next().await.map_err(|e| slate(ctx, e))?.is_none())
+    }
+
+    async fn prefix_iter(
+        &self,
+        view: &ReadView,
+        prefix: &[u8],
+        options: &ScanOptions,
+        ctx: &str,
+    ) -> Result<DbIterator> {
+        match (view, &self.handle) {
+            (ReadView::Snapshot(s), _) => s.scan_prefix_with_options(prefix, .., options).await,
+            (ReadView::Reader, Handle::Reader(r)) => {
+                r.scan_prefix_with_options(prefix, .., options).await
+            }
+            (ReadView::Reader, Handle::Writer(db)) => {
+                db.scan_prefix_with_options(prefix, .., options).await
+            }
+        }
+        .map_err(|e| slate(ctx, e))
     }
 
     /// Starts a write transaction. Its reads see its own writes.
@@ -302,13 +305,13 @@ impl Store {
     }
 }
 
-/// The message a panic carries.
-pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "unknown panic".into())
+/// Every key and value an iterator yields.
+async fn drain(mut iter: DbIterator, ctx: &str) -> Result<KeyValues> {
+    let mut out = Vec::new();
+    while let Some(kv) = iter.next().await.map_err(|e| slate(ctx, e))? {
+        out.push((kv.key, kv.value));
+    }
+    Ok(out)
 }
 
 /// What SlateDB and moraine keep at a store's root.
@@ -378,17 +381,13 @@ impl StoreTxn {
     }
 
     pub async fn scan_prefix(&self, prefix: &[u8]) -> Result<KeyValues> {
-        let ctx = || format!("scanning prefix {prefix:02x?}");
-        let mut iter = self
+        let ctx = format!("scanning prefix {prefix:02x?}");
+        let iter = self
             .tx
             .scan_prefix_with_options(prefix, .., &bulk_scan())
             .await
-            .map_err(|e| slate(&ctx(), e))?;
-        let mut out = Vec::new();
-        while let Some(kv) = iter.next().await.map_err(|e| slate(&ctx(), e))? {
-            out.push((kv.key, kv.value));
-        }
-        Ok(out)
+            .map_err(|e| slate(&ctx, e))?;
+        drain(iter, &ctx).await
     }
 
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
