@@ -346,16 +346,21 @@ async fn rows_under(
     prefixes: &[Vec<u8>],
 ) -> Result<Vec<Row>> {
     let tag = record_tag(kind);
-    let mut rows = Vec::new();
+    let mut records = Vec::new();
     for prefix in prefixes {
         for (key, value) in store.scan_prefix(view, prefix).await? {
-            let record = decode_record(tag, &value).map_err(|e| {
+            records.push(decode_record(tag, &value).map_err(|e| {
                 Error::corruption(format!("{} record {key:02x?}: {e}", kind.def().name))
-            })?;
-            rows.extend(rows_of_record(kind, &record));
+            })?);
         }
     }
-    Ok(rows)
+    // Insertion order, as a SQL catalog's heap serves it; the sort is stable,
+    // so records without an ordinal keep key order.
+    records.sort_by_key(|r| r.ordinal);
+    Ok(records
+        .iter()
+        .flat_map(|record| rows_of_record(kind, record))
+        .collect())
 }
 
 /// The live catalog at head. Reads `current` and the head snapshot record

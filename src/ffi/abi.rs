@@ -8,7 +8,7 @@
 use super::bridge::block_on;
 use crate::catalog::{self, Cell, Row, TableRef};
 use crate::error::{panic_text, Error, Result};
-use crate::staged::{StagedTransaction, TableInfo};
+use crate::staged::{SharedRows, StagedTransaction, TableInfo};
 use crate::store::{Store, StoreSettings, StoreUri};
 use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -16,6 +16,8 @@ use std::sync::{Arc, Mutex};
 
 pub struct MoraineDb {
     store: Arc<Store>,
+    /// Committed rows every transaction of this attach reads and carries forward.
+    shared: Arc<SharedRows>,
 }
 
 pub struct MoraineTxn {
@@ -197,6 +199,7 @@ pub extern "C" fn moraine_open(
             db_out,
             MoraineDb {
                 store: Arc::new(store),
+                shared: Arc::default(),
             },
         )
     })
@@ -232,7 +235,10 @@ pub extern "C" fn moraine_txn_begin(
         out(
             txn_out,
             MoraineTxn {
-                staged: Mutex::new(StagedTransaction::new(db.store.clone())),
+                staged: Mutex::new(StagedTransaction::sharing(
+                    db.store.clone(),
+                    db.shared.clone(),
+                )),
             },
         )
     })

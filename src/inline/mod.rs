@@ -228,7 +228,22 @@ pub async fn committed_data_rows(
     {
         ended.insert(ended_coordinates(&key)?, decode_int(ENDED, &value)?);
     }
-    Ok(assemble_rows(&chunks, &ended))
+    let mut rows = assemble_rows(&chunks, &ended);
+    sort_data_rows(&mut rows);
+    Ok(rows)
+}
+
+/// Inlined rows in insertion order: DuckLake gives the rows of one commit
+/// one begin snapshot and ascending row ids. A chunk split by a partial
+/// delete keeps its rows in this order whatever sequences its parts get.
+pub fn sort_data_rows(rows: &mut [Row]) {
+    rows.sort_by(|a, b| (a.get(1), a.first()).cmp(&(b.get(1), b.first())));
+}
+
+/// Inlined deletions in insertion order: by the snapshot that deleted them,
+/// then by file and row.
+pub fn sort_delete_rows(rows: &mut [Row]) {
+    rows.sort_by(|a, b| (a.get(2), a.first(), a.get(1)).cmp(&(b.get(2), b.first(), b.get(1))));
 }
 
 pub async fn committed_delete_rows(
@@ -253,6 +268,7 @@ pub async fn committed_delete_rows(
             Cell::Int(decode_int(DELETED_ROW, &value)?),
         ]);
     }
+    sort_delete_rows(&mut rows);
     Ok(rows)
 }
 

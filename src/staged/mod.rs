@@ -11,13 +11,15 @@
 //! transaction ([`translate`]).
 
 pub mod overlay;
+pub mod shared;
 pub mod translate;
 
 use crate::catalog::{self, ColumnDesc, Head, Kind, Row, TableRef};
 use crate::error::{Error, Result};
 use crate::inline;
 use crate::store::{ReadView, Store};
-use std::collections::{BTreeMap, HashMap};
+pub use shared::{InlineTables, SharedRows};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// One row operation DuckLake issued, kept exactly as it arrived.
@@ -67,12 +69,12 @@ struct Pinned {
     view: ReadView,
     head: Option<Head>,
     rows: HashMap<TableRef, Arc<Vec<Row>>>,
-    inline_schemas: BTreeMap<(i64, i64), Vec<ColumnDesc>>,
-    delete_tables: Vec<i64>,
+    inline: Arc<InlineTables>,
 }
 
 pub struct StagedTransaction {
     store: Arc<Store>,
+    shared: Arc<SharedRows>,
     pinned: Option<Pinned>,
     runs: Vec<Run>,
     next_rowid: i64,
@@ -87,9 +89,17 @@ pub struct TableInfo {
 }
 
 impl StagedTransaction {
+    /// A transaction that shares committed rows with no other.
     pub fn new(store: Arc<Store>) -> Self {
+        Self::sharing(store, Arc::default())
+    }
+
+    /// A transaction that reads and carries forward the committed rows the
+    /// other transactions of this attach share.
+    pub fn sharing(store: Arc<Store>, shared: Arc<SharedRows>) -> Self {
         StagedTransaction {
             store,
+            shared,
             pinned: None,
             runs: Vec::new(),
             next_rowid: 0,
@@ -109,17 +119,26 @@ impl StagedTransaction {
         if self.pinned.is_none() {
             let view = self.store.snapshot()?;
             let head = catalog::read_head(&self.store, &view).await?;
-            let inline_schemas = inline::committed_schemas(&self.store, &view)
-                .await?
-                .into_iter()
-                .collect();
-            let delete_tables = inline::committed_delete_tables(&self.store, &view).await?;
+            let inline = match self.shared.inline_tables(head) {
+                Some(kept) => kept,
+                None => {
+                    let read = Arc::new(InlineTables {
+                        schemas: inline::committed_schemas(&self.store, &view)
+                            .await?
+                            .into_iter()
+                            .collect(),
+                        delete_tables: inline::committed_delete_tables(&self.store, &view)
+                            .await?,
+                    });
+                    self.shared.offer_inline_tables(head, &read);
+                    read
+                }
+            };
             self.pinned = Some(Pinned {
                 view,
                 head,
                 rows: HashMap::new(),
-                inline_schemas,
-                delete_tables,
+                inline,
             });
         }
         self.pinned
@@ -153,10 +172,12 @@ impl StagedTransaction {
                 table_id,
                 schema_version,
             } => pinned
-                .inline_schemas
+                .inline
+                .schemas
                 .get(&(table_id, schema_version))
                 .map(|user| inline::data_columns(user)),
             TableRef::InlineDelete { table_id } => pinned
+                .inline
                 .delete_tables
                 .contains(&table_id)
                 .then(inline::delete_columns),
@@ -187,7 +208,8 @@ impl StagedTransaction {
         }
         let pinned = self.pin().await?;
         let mut dynamic: Vec<String> = pinned
-            .inline_schemas
+            .inline
+            .schemas
             .keys()
             .map(|(t, v)| {
                 TableRef::InlineData {
@@ -198,6 +220,7 @@ impl StagedTransaction {
             })
             .chain(
                 pinned
+                    .inline
                     .delete_tables
                     .iter()
                     .map(|t| TableRef::InlineDelete { table_id: *t }.name()),
@@ -295,9 +318,14 @@ impl StagedTransaction {
 
     async fn committed(&mut self, table: TableRef) -> Result<Arc<Vec<Row>>> {
         let store = self.store.clone();
+        let shared = self.shared.clone();
         let pinned = self.pin().await?;
         if let Some(rows) = pinned.rows.get(&table) {
             return Ok(rows.clone());
+        }
+        if let Some(rows) = shared.rows(pinned.head, table) {
+            pinned.rows.insert(table, rows.clone());
+            return Ok(rows);
         }
         let rows = Arc::new(match table {
             TableRef::Fixed(kind) => catalog::committed_rows(&store, &pinned.view, kind).await?,
@@ -312,6 +340,7 @@ impl StagedTransaction {
             }
         });
         pinned.rows.insert(table, rows.clone());
+        shared.offer(pinned.head, table, &rows);
         Ok(rows)
     }
 
@@ -435,16 +464,26 @@ impl StagedTransaction {
         if self.ops.is_empty() {
             return Ok(CommitOutcome::Empty);
         }
-        let outcome = match self.premise().await {
-            Ok(premise) => translate::commit(&self.store, premise, &self.ops).await,
-            Err(e) => Err(e),
-        };
+        let premise = self.premise().await?;
+        let outcome = translate::commit(&self.store, premise, &self.ops).await;
         self.store.commits().record(&outcome);
+        if let Err(e) = &outcome {
+            if !matches!(e, Error::Conflict(_) | Error::Constraint(_) | Error::NotFound(_)
+                | Error::InvalidArgument(_) | Error::Unsupported(_))
+            {
+                // The batch may or may not have landed.
+                self.shared.clear();
+            }
+        }
         let outcome = outcome?;
         // A finished transaction must not keep its read view: an open SlateDB
-        // snapshot makes compaction keep every version it could see.
+        // snapshot makes compaction keep every version it could see. Its rows
+        // go too, so the shared tables are carried forward in place.
         self.pinned = None;
         self.runs.clear();
+        if let Some(head) = outcome.head(premise) {
+            self.shared.committed(premise, head, &self.ops);
+        }
         self.ops.clear();
         Ok(outcome)
     }
@@ -457,6 +496,21 @@ pub enum CommitOutcome {
     Snapshot(i64),
     /// A maintenance batch: head keeps its snapshot, the batch count advances.
     HeadPreserving(Head),
+}
+
+impl CommitOutcome {
+    /// The head a commit from `premise` left (every batch advances the
+    /// batch count by one).
+    fn head(self, premise: Option<Head>) -> Option<Head> {
+        match self {
+            CommitOutcome::Empty => None,
+            CommitOutcome::Snapshot(snapshot_id) => Some(Head {
+                snapshot_id,
+                batch_count: premise.map_or(0, |h| h.batch_count) + 1,
+            }),
+            CommitOutcome::HeadPreserving(head) => Some(head),
+        }
+    }
 }
 
 fn validate_columns(name: &str, given: &[ColumnDesc], expected: &[ColumnDesc]) -> Result<()> {

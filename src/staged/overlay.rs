@@ -2,14 +2,24 @@
 //!
 //! One function serves every table. Staged rows are DuckLake's own cells, so
 //! applying them needs no translation: an insert appends, a delete removes
-//! the exact row the scan emitted, an update replaces it, and a dropped
-//! inline table shows no rows. Kinds that ride a parent record (embedded
-//! rows, snapshot changes) show only rows whose parent is still visible, so a
-//! transaction that deleted a data file no longer sees its partition values.
-//! The overlay validates nothing; refusals belong to commit translation.
+//! the exact row the scan emitted, an update replaces it in place, and a
+//! dropped inline table shows no rows. That is the order a SQL catalog's heap
+//! keeps, and the order the store serves (records carry insertion ordinals),
+//! so the rows a transaction saw are the rows the next one reads. Kinds that
+//! ride a parent record (embedded rows, snapshot changes) show only rows
+//! whose parent is still visible, so a transaction that deleted a data file
+//! no longer sees its partition values. The overlay validates nothing;
+//! refusals belong to commit translation.
+//!
+//! Applying costs time in the rows and operations involved, never their
+//! product: deletes and updates find their row through a hash index, and the
+//! parent filter through a hash set.
 
 use super::StagedOp;
-use crate::catalog::{Kind, Lifecycle, Row, TableRef};
+use crate::catalog::{Cell, Kind, Lifecycle, Row, TableRef};
+use crate::inline;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, RandomState};
 
 /// The table whose visible rows decide which of `table`'s rows survive.
 pub fn parent_table(table: TableRef) -> Option<TableRef> {
@@ -34,11 +44,19 @@ fn link(table: TableRef) -> &'static [(usize, usize)] {
     }
 }
 
-/// Whether a staged operation can change what a scan of `table` shows.
-pub fn affects(op: &StagedOp, table: TableRef) -> bool {
-    op.table() == table || parent_table(table).is_some_and(|p| affects(op, p))
+/// Whether an operation can take rows away from `table`'s parent, which
+/// hides the children linked to them (an insert never can).
+pub fn can_hide_children(op: &StagedOp) -> bool {
+    !matches!(op, StagedOp::Insert { .. } | StagedOp::CreateTable { .. })
 }
 
+/// Whether a staged operation can change what a scan of `table` shows.
+pub fn affects(op: &StagedOp, table: TableRef) -> bool {
+    op.table() == table
+        || parent_table(table).is_some_and(|p| can_hide_children(op) && affects(op, p))
+}
+
+/// `committed` with the operations on `table` applied, in order.
 pub fn apply(
     table: TableRef,
     committed: &[Row],
@@ -46,30 +64,197 @@ pub fn apply(
     parent_rows: Option<&[Row]>,
 ) -> Vec<Row> {
     let mut rows = committed.to_vec();
-    for op in ops.iter().filter(|op| op.table() == table) {
-        match op {
-            StagedOp::Insert { row, .. } => rows.push(row.clone()),
-            StagedOp::Delete { row, .. } => {
-                if let Some(at) = rows.iter().position(|r| r == row) {
-                    rows.remove(at);
-                }
-            }
-            StagedOp::Update { old, new, .. } => {
-                if let Some(r) = rows.iter_mut().find(|r| *r == old) {
-                    *r = new.clone();
-                }
-            }
-            StagedOp::DropTable { .. } => rows.clear(),
-            StagedOp::CreateTable { .. } => {}
-        }
-    }
+    apply_in_place(table, &mut rows, ops);
     if let Some(parents) = parent_rows {
-        let link = link(table);
-        rows.retain(|child| {
-            parents
-                .iter()
-                .any(|p| link.iter().all(|&(c, pc)| child.get(c) == p.get(pc)))
-        });
+        retain_linked(table, &mut rows, parents);
     }
     rows
+}
+
+/// Applies the operations on `table` to `rows`, in order.
+pub fn apply_in_place(table: TableRef, rows: &mut Vec<Row>, ops: &[StagedOp]) {
+    let mine: Vec<&StagedOp> = ops.iter().filter(|op| op.table() == table).collect();
+    if mine.is_empty() {
+        return;
+    }
+    let finds_rows = mine
+        .iter()
+        .any(|op| matches!(op, StagedOp::Delete { .. } | StagedOp::Update { .. }));
+    if !finds_rows {
+        for op in mine {
+            match op {
+                StagedOp::Insert { row, .. } => rows.push(row.clone()),
+                StagedOp::DropTable { .. } => rows.clear(),
+                _ => {}
+            }
+        }
+    } else {
+        let mut slots = Slots::new(std::mem::take(rows));
+        for op in mine {
+            match op {
+                StagedOp::Insert { row, .. } => slots.push(row.clone()),
+                StagedOp::Delete { row, .. } => {
+                    slots.take(row);
+                }
+                StagedOp::Update { old, new, .. } => slots.replace(old, new.clone()),
+                StagedOp::DropTable { .. } => slots = Slots::new(Vec::new()),
+                StagedOp::CreateTable { .. } => {}
+            }
+        }
+        *rows = slots.into_rows();
+    }
+    canonical_order(table, rows);
+}
+
+/// Keeps the order the store serves for tables whose order is derived from
+/// their cells rather than kept by ordinals.
+pub fn canonical_order(table: TableRef, rows: &mut [Row]) {
+    match table {
+        TableRef::InlineData { .. } => inline::sort_data_rows(rows),
+        TableRef::InlineDelete { .. } => inline::sort_delete_rows(rows),
+        TableRef::Fixed(_) => {}
+    }
+}
+
+/// Keeps the children whose parent row is among `parents`.
+pub fn retain_linked(table: TableRef, rows: &mut Vec<Row>, parents: &[Row]) {
+    let link = link(table);
+    let parent_keys: HashSet<Vec<&Cell>> = parents
+        .iter()
+        .map(|p| link.iter().filter_map(|&(_, pc)| p.get(pc)).collect())
+        .collect();
+    rows.retain(|child| {
+        let key: Vec<&Cell> = link.iter().filter_map(|&(c, _)| child.get(c)).collect();
+        parent_keys.contains(&key)
+    });
+}
+
+/// Rows with a hash index, so a delete or update finds the first equal row
+/// without a linear search.
+struct Slots {
+    rows: Vec<Option<Row>>,
+    index: HashMap<u64, Vec<usize>>,
+    hasher: RandomState,
+}
+
+impl Slots {
+    fn new(rows: Vec<Row>) -> Self {
+        let mut slots = Slots {
+            rows: Vec::with_capacity(rows.len()),
+            index: HashMap::with_capacity(rows.len()),
+            hasher: RandomState::new(),
+        };
+        for row in rows {
+            slots.push(row);
+        }
+        slots
+    }
+
+    fn push(&mut self, row: Row) {
+        let at = self.rows.len();
+        self.index
+            .entry(self.hasher.hash_one(&row))
+            .or_default()
+            .push(at);
+        self.rows.push(Some(row));
+    }
+
+    /// The position of the first live row equal to `row`.
+    fn find(&self, row: &Row) -> Option<usize> {
+        self.index
+            .get(&self.hasher.hash_one(row))?
+            .iter()
+            .copied()
+            .filter(|&at| self.rows[at].as_ref() == Some(row))
+            .min()
+    }
+
+    fn unindex(&mut self, hash: u64, at: usize) {
+        if let Some(positions) = self.index.get_mut(&hash) {
+            positions.retain(|&p| p != at);
+        }
+    }
+
+    fn take(&mut self, row: &Row) -> Option<Row> {
+        let at = self.find(row)?;
+        self.unindex(self.hasher.hash_one(row), at);
+        self.rows[at].take()
+    }
+
+    fn replace(&mut self, old: &Row, new: Row) {
+        let Some(at) = self.find(old) else {
+            return;
+        };
+        self.unindex(self.hasher.hash_one(old), at);
+        self.index
+            .entry(self.hasher.hash_one(&new))
+            .or_default()
+            .push(at);
+        self.rows[at] = Some(new);
+    }
+
+    fn into_rows(self) -> Vec<Row> {
+        self.rows.into_iter().flatten().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(v: &[i64]) -> Row {
+        v.iter().map(|&i| Cell::Int(i)).collect()
+    }
+
+    const T: TableRef = TableRef::Fixed(Kind::Column);
+
+    #[test]
+    fn updates_stay_in_place_and_inserts_go_last() {
+        let committed = vec![row(&[1]), row(&[2]), row(&[3])];
+        let ops = vec![
+            StagedOp::Update {
+                table: T,
+                old: row(&[1]),
+                new: row(&[10]),
+            },
+            StagedOp::Insert {
+                table: T,
+                row: row(&[4]),
+            },
+            StagedOp::Delete {
+                table: T,
+                row: row(&[2]),
+            },
+            StagedOp::Update {
+                table: T,
+                old: row(&[10]),
+                new: row(&[11]),
+            },
+        ];
+        assert_eq!(
+            apply(T, &committed, &ops, None),
+            vec![row(&[11]), row(&[3]), row(&[4])]
+        );
+    }
+
+    #[test]
+    fn a_delete_removes_one_of_equal_rows() {
+        let committed = vec![row(&[1]), row(&[1]), row(&[2])];
+        let ops = vec![StagedOp::Delete {
+            table: T,
+            row: row(&[1]),
+        }];
+        assert_eq!(
+            apply(T, &committed, &ops, None),
+            vec![row(&[1]), row(&[2])]
+        );
+    }
+
+    #[test]
+    fn children_follow_their_visible_parents() {
+        let changes = TableRef::Fixed(Kind::SnapshotChanges);
+        let mut children = vec![row(&[1, 7]), row(&[2, 8]), row(&[3, 9])];
+        retain_linked(changes, &mut children, &[row(&[1]), row(&[3])]);
+        assert_eq!(children, vec![row(&[1, 7]), row(&[3, 9])]);
+    }
 }

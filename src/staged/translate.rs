@@ -33,7 +33,15 @@ struct Translator<'a> {
     head: Option<Head>,
     minted: Option<i64>,
     bootstrap: bool,
+    /// The insertion ordinal the next new record gets.
+    next_ordinal: i64,
 }
+
+/// A commit's records take ordinals `batch_count << ORDINAL_BITS` upward, so
+/// every record of a later commit sorts after every record of an earlier one.
+/// A commit with more new records than this shares its last ordinal among
+/// the rest, which then sort by key.
+const ORDINAL_BITS: u32 = 24;
 
 pub async fn commit(
     store: &Store,
@@ -60,6 +68,7 @@ pub async fn commit(
         head,
         minted: None,
         bootstrap: false,
+        next_ordinal: (head.map_or(0, |h| h.batch_count) + 1) << ORDINAL_BITS,
     };
     for op in ops {
         t.apply(op).await.map_err(|e| with_context(e, op))?;
@@ -144,6 +153,15 @@ impl Translator<'_> {
         }
     }
 
+    /// A new record, placed after every record already in its table.
+    fn fresh(&mut self, row: Row) -> Record {
+        let mut record = Record::new(row);
+        record.ordinal = self.next_ordinal;
+        let last = (self.next_ordinal >> ORDINAL_BITS << ORDINAL_BITS) + (1 << ORDINAL_BITS) - 1;
+        self.next_ordinal = (self.next_ordinal + 1).min(last);
+        record
+    }
+
     fn put(&mut self, key: Vec<u8>, tag: u8, record: Record) {
         self.working.insert(key, Some((tag, record)));
     }
@@ -212,7 +230,8 @@ impl Translator<'_> {
                         "one commit inserted snapshots {previous} and {id}"
                     )));
                 }
-                self.put(key, tag, Record::new(row.clone()));
+                let record = self.fresh(row.clone());
+                self.put(key, tag, record);
                 Ok(())
             }
             (Lifecycle::Snapshot, StagedOp::Delete { row, .. }) => {
@@ -283,7 +302,8 @@ impl Translator<'_> {
                 if self.load(&key, tag).await?.is_some() {
                     return Err(duplicate(kind, row));
                 }
-                self.put(key, tag, Record::new(row.clone()));
+                let record = self.fresh(row.clone());
+                self.put(key, tag, record);
                 Ok(())
             }
             (_, StagedOp::Delete { row, .. }) => {

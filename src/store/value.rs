@@ -9,7 +9,9 @@ use crate::error::{Error, Result};
 use std::cmp::Ordering;
 
 pub const MAGIC: &[u8; 3] = b"MRN";
-pub const ENCODING_VERSION: u8 = 1;
+/// Version 2 added the record's insertion ordinal; version 1 values read
+/// with ordinal 0.
+pub const ENCODING_VERSION: u8 = 2;
 
 /// One value of a catalog row. DuckLake's catalog columns are BIGINT,
 /// VARCHAR, BOOLEAN, TIMESTAMPTZ (microseconds) and UUID (canonical text).
@@ -79,6 +81,11 @@ impl Ord for Cell {
 pub struct Record {
     pub row: Row,
     pub children: Vec<(u8, Vec<Row>)>,
+    /// Where the record sits in its table's insertion order. A scan serves
+    /// records by ordinal, as a SQL catalog serves a heap: an insert goes
+    /// last, an update keeps its place. 0 (records written before ordinals
+    /// existed) sorts first, in key order.
+    pub ordinal: i64,
 }
 
 impl Record {
@@ -86,6 +93,7 @@ impl Record {
         Record {
             row,
             children: Vec::new(),
+            ordinal: 0,
         }
     }
 
@@ -113,8 +121,8 @@ pub fn frame(tag: u8) -> Vec<u8> {
     out
 }
 
-/// Checks the frame and returns the payload after it.
-pub fn unframe(expected_tag: u8, bytes: &[u8]) -> Result<&[u8]> {
+/// Checks the frame and returns the encoding version and the payload after it.
+pub fn unframe(expected_tag: u8, bytes: &[u8]) -> Result<(u8, &[u8])> {
     if bytes.len() < 5 || &bytes[..3] != MAGIC {
         return Err(Error::corruption("value has no moraine frame"));
     }
@@ -130,11 +138,12 @@ pub fn unframe(expected_tag: u8, bytes: &[u8]) -> Result<&[u8]> {
             bytes[4]
         )));
     }
-    Ok(&bytes[5..])
+    Ok((bytes[3], &bytes[5..]))
 }
 
 pub fn encode_record(tag: u8, record: &Record) -> Vec<u8> {
     let mut out = frame(tag);
+    put_varint(&mut out, record.ordinal as u64);
     put_row(&mut out, &record.row);
     put_varint(&mut out, record.children.len() as u64);
     for (child_tag, rows) in &record.children {
@@ -148,7 +157,9 @@ pub fn encode_record(tag: u8, record: &Record) -> Vec<u8> {
 }
 
 pub fn decode_record(tag: u8, bytes: &[u8]) -> Result<Record> {
-    let mut r = Reader::new(unframe(tag, bytes)?);
+    let (version, payload) = unframe(tag, bytes)?;
+    let mut r = Reader::new(payload);
+    let ordinal = if version >= 2 { r.varint()? as i64 } else { 0 };
     let row = r.row()?;
     let groups = r.length()?;
     let mut children = Vec::with_capacity(groups.min(16));
@@ -162,7 +173,11 @@ pub fn decode_record(tag: u8, bytes: &[u8]) -> Result<Record> {
         children.push((child_tag, rows));
     }
     r.finish()?;
-    Ok(Record { row, children })
+    Ok(Record {
+        row,
+        children,
+        ordinal,
+    })
 }
 
 pub fn put_row(out: &mut Vec<u8>, row: &[Cell]) {

@@ -1,0 +1,164 @@
+//! Committed rows shared by the transactions of one attach.
+//!
+//! Consecutive transactions of a process read the same committed state, and
+//! DuckLake reads whole tables (every snapshot, every file version) in each
+//! of them. Decoding those tables again per transaction makes every commit
+//! cost more as history grows. Instead the decoded tables are kept here,
+//! stamped with the head they were read at; a transaction whose pinned head
+//! is that head reads them from memory, and this process's own commits carry
+//! them forward by applying their staged operations — the same overlay the
+//! committing transaction read through, so the cache holds exactly what the
+//! store now serves, in the same order.
+//!
+//! The head identifies a committed state: every batch rewrites `sys/head`
+//! with a higher batch count. A transaction pinned at another head never
+//! sees these rows; one pinned at a newer head (another process wrote)
+//! replaces them.
+
+use super::overlay;
+use super::StagedOp;
+use crate::catalog::{ColumnDesc, Head, Row, TableRef};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+/// The inline tables that exist at a head.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InlineTables {
+    pub schemas: BTreeMap<(i64, i64), Vec<ColumnDesc>>,
+    pub delete_tables: Vec<i64>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The head the entries below were read at; `None` while nothing is kept.
+    head: Option<Option<Head>>,
+    tables: HashMap<TableRef, Arc<Vec<Row>>>,
+    inline: Option<Arc<InlineTables>>,
+}
+
+#[derive(Default)]
+pub struct SharedRows {
+    state: Mutex<State>,
+}
+
+/// Whether a state at `candidate` is newer than one at `kept`.
+fn newer(candidate: Option<Head>, kept: Option<Option<Head>>) -> bool {
+    match kept {
+        None => true,
+        Some(kept) => {
+            candidate.map_or(0, |h| h.batch_count) > kept.map_or(0, |h| h.batch_count)
+        }
+    }
+}
+
+impl SharedRows {
+    fn with_state<R>(&self, f: impl FnOnce(&mut State) -> R) -> Option<R> {
+        // A poisoned lock only means a panic elsewhere; the cache is then
+        // simply not used.
+        self.state.lock().ok().map(|mut s| f(&mut s))
+    }
+
+    pub fn rows(&self, head: Option<Head>, table: TableRef) -> Option<Arc<Vec<Row>>> {
+        self.with_state(|s| {
+            (s.head == Some(head))
+                .then(|| s.tables.get(&table).cloned())
+                .flatten()
+        })
+        .flatten()
+    }
+
+    /// Keeps rows a transaction read from the store at `head`.
+    pub fn offer(&self, head: Option<Head>, table: TableRef, rows: &Arc<Vec<Row>>) {
+        self.with_state(|s| {
+            if s.head != Some(head) {
+                if !newer(head, s.head) {
+                    return;
+                }
+                *s = State {
+                    head: Some(head),
+                    ..State::default()
+                };
+            }
+            s.tables.insert(table, rows.clone());
+        });
+    }
+
+    pub fn inline_tables(&self, head: Option<Head>) -> Option<Arc<InlineTables>> {
+        self.with_state(|s| (s.head == Some(head)).then(|| s.inline.clone()).flatten())
+            .flatten()
+    }
+
+    pub fn offer_inline_tables(&self, head: Option<Head>, tables: &Arc<InlineTables>) {
+        self.with_state(|s| {
+            if s.head != Some(head) {
+                if !newer(head, s.head) {
+                    return;
+                }
+                *s = State {
+                    head: Some(head),
+                    ..State::default()
+                };
+            }
+            s.inline = Some(tables.clone());
+        });
+    }
+
+    /// Carries the kept tables from `premise` to `head` across a commit of
+    /// this process that applied `ops`. Anything that cannot be carried
+    /// exactly is dropped, to be read from the store again.
+    pub fn committed(&self, premise: Option<Head>, head: Head, ops: &[StagedOp]) {
+        self.with_state(|s| {
+            if s.head != Some(premise) {
+                *s = State::default();
+                return;
+            }
+            s.head = Some(Some(head));
+            if ops
+                .iter()
+                .any(|op| matches!(op, StagedOp::CreateTable { .. } | StagedOp::DropTable { .. }))
+            {
+                s.inline = None;
+            }
+            let touched: Vec<TableRef> = s
+                .tables
+                .keys()
+                .copied()
+                .filter(|t| ops.iter().any(|op| op.table() == *t))
+                .collect();
+            for table in touched {
+                if let Some(rows) = s.tables.get_mut(&table) {
+                    overlay::apply_in_place(table, Arc::make_mut(rows), ops);
+                }
+            }
+            let orphaned: Vec<TableRef> = s
+                .tables
+                .keys()
+                .copied()
+                .filter(|t| {
+                    overlay::parent_table(*t).is_some_and(|p| {
+                        ops.iter()
+                            .any(|op| op.table() == p && overlay::can_hide_children(op))
+                    })
+                })
+                .collect();
+            for child in orphaned {
+                let parent = overlay::parent_table(child).and_then(|p| s.tables.get(&p).cloned());
+                match parent {
+                    Some(parents) => {
+                        if let Some(rows) = s.tables.get_mut(&child) {
+                            overlay::retain_linked(child, Arc::make_mut(rows), &parents);
+                        }
+                    }
+                    None => {
+                        s.tables.remove(&child);
+                    }
+                }
+            }
+        });
+    }
+
+    /// Forgets everything: after a commit whose outcome is unknown.
+    pub fn clear(&self) {
+        self.with_state(|s| *s = State::default());
+    }
+}
