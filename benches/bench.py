@@ -19,10 +19,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import harness  # noqa: E402
 
 SCALES = {
-    "small": {"reps": 3, "commits": 50, "history": [100, 300], "files": [100], "parquet_rows": 1000},
-    "medium": {"reps": 5, "commits": 200, "history": [100, 1000], "files": [100, 1000], "parquet_rows": 1000},
-    "large": {"reps": 5, "commits": 500, "history": [100, 1000, 5000], "files": [100, 1000], "parquet_rows": 1000},
+    "small": {"reps": 3, "commits": 50, "history": [100, 300], "files": [100], "parquet_rows": 1000,
+              "growth": 1000, "bucket": 200},
+    "medium": {"reps": 5, "commits": 200, "history": [100, 1000], "files": [100, 1000], "parquet_rows": 1000,
+               "growth": 2000, "bucket": 500},
+    # H = 5,000 comes from the growth lakes, which are attached and expired after their last commit.
+    "large": {"reps": 3, "commits": 300, "history": [100, 1000], "files": [100, 1000], "parquet_rows": 1000,
+              "growth": 5000, "bucket": 1000},
 }
+# The window the growth acceptance compares: the first and the last commits of the run.
+GROWTH_WINDOW = 300
 
 
 class Postgres:
@@ -79,10 +85,13 @@ class Backend:
         self.extensions = extensions
         self.attach_for = attach_for  # tmp dir -> ATTACH statement
 
-    def connect(self, tmp):
+    def connect(self, tmp, parquet_only=False):
         con = harness.connect(load=self.extensions)
         con.execute("SET threads=1")
-        con.execute(self.attach_for(tmp))
+        attach = self.attach_for(tmp)
+        if parquet_only:
+            attach = attach[:-1] + ", DATA_INLINING_ROW_LIMIT 0)"
+        con.execute(attach)
         con.execute("USE lake")
         return con
 
@@ -127,6 +136,56 @@ def make_history(con, h):
     con.execute("CREATE TABLE IF NOT EXISTS h (id INTEGER)")
     for i in range(h):
         con.execute("INSERT INTO h VALUES (%d)" % i)
+
+
+def run_growth(backend, scale, tmp_root, kind):
+    """Commits into one table `scale['growth']` times, one row per commit, and records every latency; then
+    a cold attach of the grown lake, its expiry and its cleanup. kind: 'inlined' or 'parquet'."""
+    t = tempfile.mkdtemp(dir=tmp_root)
+    con = backend.connect(t, parquet_only=(kind == "parquet"))
+    con.execute("CREATE TABLE g (id INTEGER)")
+    lat = [timed(lambda i=i: con.execute("INSERT INTO g VALUES (%d)" % i)) for i in range(scale["growth"])]
+    con.close()
+    start = time.perf_counter()
+    con = backend.connect(t, parquet_only=(kind == "parquet"))
+    con.execute("SELECT count(*) FROM g").fetchall()
+    attach = (time.perf_counter() - start) * 1000.0
+    expire = timed(lambda: con.execute("CALL ducklake_expire_snapshots('lake', older_than => now())").fetchall())
+    cleanup = timed(lambda: con.execute("CALL ducklake_cleanup_old_files('lake', cleanup_all => true)").fetchall())
+    con.close()
+    return lat, {"attach_ms": attach, "expire_ms": expire, "cleanup_ms": cleanup}
+
+
+def growth_report(curves, after, scale):
+    """The per-bucket latency curve of every back-end, the first/last window medians and the ratios the
+    history acceptance reads."""
+    n, bucket, w = scale["growth"], scale["bucket"], GROWTH_WINDOW
+    report = {}
+    for kind in sorted(curves):
+        names = list(curves[kind])
+        print("\ngrowth (%s): ms per single-row commit, median per %d commits, %d commits in all"
+              % (kind, bucket, n))
+        print("%-18s" % "commits" + "".join("%12s" % b for b in names))
+        for lo in range(0, n, bucket):
+            cells = "".join("%12.2f" % statistics.median(curves[kind][b][lo:lo + bucket]) for b in names)
+            print("%-18s" % ("%d-%d" % (lo, min(n, lo + bucket))) + cells)
+        first = {b: statistics.median(curves[kind][b][:w]) for b in names}
+        last = {b: statistics.median(curves[kind][b][-w:]) for b in names}
+        print("%-18s" % ("first %d" % w) + "".join("%12.2f" % first[b] for b in names))
+        print("%-18s" % ("last %d" % w) + "".join("%12.2f" % last[b] for b in names))
+        print("%-18s" % "last/first" + "".join("%12.2f" % (last[b] / first[b]) for b in names))
+        if "moraine" in last:
+            print("%-18s" % "moraine/peer last" + "".join("%12.2f" % (last["moraine"] / last[b]) for b in names))
+        for metric in ("attach_ms", "expire_ms", "cleanup_ms"):
+            vals = {b: after[kind][b][metric] for b in names}
+            line = "%-18s" % ("%s h%d" % (metric[:-3], n)) + "".join("%12.1f" % vals[b] for b in names)
+            print(line)
+            if "moraine" in vals:
+                print("%-18s" % "  moraine/peer" + "".join("%12.2f" % (vals["moraine"] / vals[b]) for b in names))
+        report[kind] = {"first_ms": first, "last_ms": last, "after": after[kind],
+                        "buckets": {b: [statistics.median(curves[kind][b][lo:lo + bucket])
+                                        for lo in range(0, n, bucket)] for b in names}}
+    return report
 
 
 def run_workloads(backend, scale, tmp_root):
@@ -189,6 +248,8 @@ def main(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--scale", default="small", choices=sorted(SCALES))
     ap.add_argument("--out", default=os.path.join(harness.ROOT, "target", "bench"))
+    ap.add_argument("--workload", default="all", choices=["all", "growth", "classic"],
+                    help="growth: the per-commit latency curve as history grows; classic: the rest")
     args = ap.parse_args(argv)
     scale = SCALES[args.scale]
     skipped = {}
@@ -199,8 +260,21 @@ def main(argv):
         skipped["postgres"] = "could not start a throwaway PostgreSQL: %s" % e
     tmp_root = tempfile.mkdtemp(prefix="moraine-bench-")
     results = {}
+    curves, after = {}, {}
     try:
-        for rep in range(scale["reps"]):
+        if args.workload in ("all", "growth"):
+            for kind in ("inlined", "parquet"):
+                for backend in backends(pg):
+                    if backend.name in skipped:
+                        continue
+                    try:
+                        lat, post = run_growth(backend, scale, tmp_root, kind)
+                        curves.setdefault(kind, {})[backend.name] = lat
+                        after.setdefault(kind, {})[backend.name] = post
+                    except Exception as e:  # noqa: BLE001
+                        skipped[backend.name] = "failed: %s" % str(e).splitlines()[0]
+                print("growth (%s) done" % kind, flush=True)
+        for rep in range(scale["reps"] if args.workload in ("all", "classic") else 0):
             for backend in backends(pg):
                 if backend.name in skipped:
                     continue
@@ -232,13 +306,14 @@ def main(argv):
             ratio = (m["median"] / s["median"]) if (m and s and s["median"]) else float("nan")
             line += "%26s %7.2f" % (fmt(s), ratio)
         print(line)
+    growth = growth_report(curves, after, scale) if curves else {}
     for name, why in skipped.items():
         print("skipped %s: %s" % (name, why))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "bench-%s.json" % args.scale)
     with open(path, "w") as f:
         json.dump({"duckdb": duckdb.__version__, "ducklake": "d8a1881e", "moraine": harness_version(),
-                   "scale": args.scale, "skipped": skipped, "results": report}, f, indent=1)
+                   "scale": args.scale, "skipped": skipped, "results": report, "growth": growth}, f, indent=1)
     print("wrote %s" % path)
     return 0
 

@@ -667,9 +667,11 @@ pub extern "C" fn moraine_db_stats(
 ) -> i32 {
     guarded(err, || {
         let db = handle(db, "database")?;
-        let counters = db.store.commits().snapshot();
-        let cells = counters
+        let commits = db.store.commits().snapshot();
+        let requests = db.store.requests().snapshot();
+        let cells = commits
             .into_iter()
+            .chain(requests)
             .flat_map(|(name, value)| [name.to_string(), value.to_string()]);
         string_rows(rows_out, cells)
     })

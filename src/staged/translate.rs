@@ -639,7 +639,13 @@ impl Translator<'_> {
             (None, Some(head)) => {
                 if let Some(op) = ops.iter().find(|op| !is_maintenance(op)) {
                     return Err(Error::Constraint(format!(
-                        "{} changes catalog entities but the commit inserts no ducklake_snapshot row",
+                        "{} changes catalog entities but the commit inserts no ducklake_snapshot row. \
+                         moraine ties every change of the catalog to a snapshot, so that time travel, the \
+                         change feed and expiry stay exact; a hand edit of a metadata table is refused. Make \
+                         the change through DuckLake (DDL, COMMENT ON, CALL ducklake_set_option, ...), or, to \
+                         repair the catalog by hand, insert the next ducklake_snapshot row (snapshot_id one \
+                         above the newest) and its ducklake_snapshot_changes row in the same transaction as \
+                         the edit",
                         op.table().name()
                     )));
                 }

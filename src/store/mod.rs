@@ -3,6 +3,7 @@
 //! This layer knows bytes, keys and framed values. It knows nothing of
 //! DuckLake: the catalog above it decides which kinds live where.
 
+pub mod counted;
 pub mod keys;
 pub mod lease;
 pub mod settings;
@@ -48,6 +49,8 @@ pub struct Store {
     keys_read: AtomicU64,
     /// Commits tried through this handle and how they ended.
     commits: CommitCounters,
+    /// Object-store requests made through this handle.
+    requests: Arc<counted::RequestCounts>,
     /// Renews the writer lease while a writer is open.
     lease: Option<tokio::task::JoinHandle<()>>,
 }
@@ -96,6 +99,7 @@ impl Store {
         settings: &StoreSettings,
     ) -> Result<Store> {
         let root = uri.root_path();
+        let (object_store, requests) = counted::Counted::wrap(object_store);
         let existing = check_location(uri, &object_store, &root).await?;
         let (handle, lease) = if settings.read_only {
             if !existing {
@@ -155,12 +159,17 @@ impl Store {
             uri: uri.clone(),
             keys_read: AtomicU64::new(0),
             commits: CommitCounters::default(),
+            requests,
             lease,
         })
     }
 
     pub fn commits(&self) -> &CommitCounters {
         &self.commits
+    }
+
+    pub fn requests(&self) -> &counted::RequestCounts {
+        &self.requests
     }
 
     /// How many keys reads through this handle have returned so far.

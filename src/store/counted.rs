@@ -1,0 +1,145 @@
+//! Object-store requests, counted by kind.
+//!
+//! Every store talks to its object store through this wrapper, so an
+//! operator (`moraine_stats`), a test and the benchmark can see what a
+//! commit or an attach costs in requests: on S3 that is money and latency.
+
+use async_trait::async_trait;
+use futures_util::stream::BoxStream;
+use futures_util::StreamExt;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Requests made so far, by kind.
+#[derive(Debug, Default)]
+pub struct RequestCounts {
+    puts: AtomicU64,
+    gets: AtomicU64,
+    lists: AtomicU64,
+    deletes: AtomicU64,
+    copies: AtomicU64,
+}
+
+impl RequestCounts {
+    /// `(name, value)` pairs in a fixed order.
+    pub fn snapshot(&self) -> [(&'static str, u64); 5] {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        [
+            ("object_store_puts", load(&self.puts)),
+            ("object_store_gets", load(&self.gets)),
+            ("object_store_lists", load(&self.lists)),
+            ("object_store_deletes", load(&self.deletes)),
+            ("object_store_copies", load(&self.copies)),
+        ]
+    }
+
+    fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// An object store that counts the requests passing through it.
+pub struct Counted {
+    inner: Arc<dyn ObjectStore>,
+    counts: Arc<RequestCounts>,
+}
+
+impl Counted {
+    pub fn wrap(inner: Arc<dyn ObjectStore>) -> (Arc<dyn ObjectStore>, Arc<RequestCounts>) {
+        let counts = Arc::new(RequestCounts::default());
+        let store = Counted {
+            inner,
+            counts: counts.clone(),
+        };
+        (Arc::new(store), counts)
+    }
+}
+
+impl fmt::Debug for Counted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Counted({})", self.inner)
+    }
+}
+
+impl fmt::Display for Counted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.inner, f)
+    }
+}
+
+#[async_trait]
+impl ObjectStore for Counted {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        RequestCounts::bump(&self.counts.puts);
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        RequestCounts::bump(&self.counts.puts);
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        RequestCounts::bump(&self.counts.gets);
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        let counts = self.counts.clone();
+        let counted = locations
+            .inspect(move |_| RequestCounts::bump(&counts.deletes))
+            .boxed();
+        self.inner.delete_stream(counted)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        RequestCounts::bump(&self.counts.lists);
+        self.inner.list(prefix)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        RequestCounts::bump(&self.counts.lists);
+        self.inner.list_with_offset(prefix, offset)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        RequestCounts::bump(&self.counts.lists);
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        RequestCounts::bump(&self.counts.copies);
+        self.inner.copy_opts(from, to, options).await
+    }
+}
