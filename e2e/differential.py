@@ -179,14 +179,15 @@ def _mask_row(table, names, types, row, side):
 
 
 def dump_table(side, table):
-    """(column names, sorted masked rows) or 'ERROR: ...' when the table cannot be read."""
+    """(column names, masked rows in the scan's natural order) or 'ERROR: ...' when the table cannot be read."""
     try:
         names, types = _columns(side, table)
         rows = side.con.execute("SELECT * FROM %s.main.%s" % (META, table)).fetchall()
     except Exception as e:
         return _error_text(e, side)
+    # No ORDER BY and no sorting: a catalog serves its rows in insertion order, with updated rows in place,
+    # and users and DuckLake's own tests see that order.
     masked = [_mask_row(table, names, types, r, side) for r in rows]
-    masked.sort(key=_sort_key)
     return names, masked
 
 
@@ -274,7 +275,7 @@ def compare_table(table, a, b):
             d = _first_row_diff(ra, rb)
             msg.append("row counts: ref %d, moraine %d" % (len(ra), len(rb)))
             if d:
-                msg.append("first differing row #%d (sorted, masked):\n  ref: %r\n  mor: %r" % d)
+                msg.append("first differing row #%d (natural order, masked):\n  ref: %r\n  mor: %r" % d)
         msg.append("ref rows:\n" + _fmt_rows(ra))
         msg.append("moraine rows:\n" + _fmt_rows(rb))
     else:

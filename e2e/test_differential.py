@@ -159,3 +159,26 @@ def test_expiry_and_cleanup_leave_the_same_catalog(tmp):
         "SELECT count(*) FROM ducklake_cleanup_old_files('lake', cleanup_all => true)",
         "SELECT snapshot_id FROM ducklake_snapshots('lake') ORDER BY snapshot_id",
     ])
+
+
+def test_unordered_metadata_scans_keep_insertion_order(tmp):
+    """A metadata table read without ORDER BY comes back in insertion order, with updated rows (DuckLake's
+    `SET end_snapshot`) where they were: the example of the row-faithfulness issue, on Parquet files only.
+    The metadata dumps compare every table in its natural order."""
+    out = same(tmp, [
+        "USE lake",
+        "CALL lake.set_option('data_inlining_row_limit', 0)",
+        "CREATE TABLE a (i INTEGER)",
+        "CREATE TABLE b (i INTEGER)",
+        "INSERT INTO b VALUES (1)",
+        "INSERT INTO a VALUES (1)",
+        "INSERT INTO b VALUES (2)",
+        "INSERT INTO a VALUES (2)",
+        "ALTER TABLE a ALTER i SET DEFAULT 7",
+        "ALTER TABLE b ADD COLUMN j INTEGER DEFAULT 42",
+        "CALL ducklake_merge_adjacent_files('lake')",
+    ])
+    names, rows = out.mor_meta["ducklake_column"]
+    pick = [names.index(c) for c in ("table_id", "column_id", "default_value", "end_snapshot")]
+    seen = [tuple(r[i] for i in pick[:3]) + (r[pick[3]] is None,) for r in rows]
+    assert seen == [(1, 1, 'NULL', False), (2, 1, 'NULL', True), (1, 1, '7', True), (2, 2, '42', True)], seen

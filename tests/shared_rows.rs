@@ -8,13 +8,13 @@ mod common;
 
 use common::*;
 use moraine::catalog::{Kind, Row, TableRef};
-use moraine::staged::{SharedRows, StagedTransaction};
+use moraine::staged::{AttachShared, StagedTransaction};
 use moraine::store::Store;
 use std::sync::Arc;
 
 struct Attach {
     store: Arc<Store>,
-    shared: Arc<SharedRows>,
+    shared: Arc<AttachShared>,
 }
 
 impl Attach {

@@ -8,7 +8,7 @@
 use super::bridge::block_on;
 use crate::catalog::{self, Cell, Row, TableRef};
 use crate::error::{panic_text, Error, Result};
-use crate::staged::{SharedRows, StagedTransaction, TableInfo};
+use crate::staged::{AttachShared, StagedTransaction, TableInfo};
 use crate::store::{Store, StoreSettings, StoreUri};
 use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -16,8 +16,9 @@ use std::sync::{Arc, Mutex};
 
 pub struct MoraineDb {
     store: Arc<Store>,
-    /// Committed rows every transaction of this attach reads and carries forward.
-    shared: Arc<SharedRows>,
+    /// Committed rows every transaction of this attach reads and carries
+    /// forward, and the rows open ones have changed.
+    shared: Arc<AttachShared>,
 }
 
 pub struct MoraineTxn {

@@ -10,6 +10,7 @@
 //! rely on. COMMIT translates the staged operations into one store
 //! transaction ([`translate`]).
 
+pub mod claims;
 pub mod overlay;
 pub mod shared;
 pub mod translate;
@@ -18,6 +19,7 @@ use crate::catalog::{self, ColumnDesc, Head, Kind, Row, TableRef};
 use crate::error::{Error, Result};
 use crate::inline;
 use crate::store::{ReadView, Store};
+use claims::{Change, RowClaims};
 pub use shared::{InlineTables, SharedRows};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -72,9 +74,19 @@ struct Pinned {
     inline: Arc<InlineTables>,
 }
 
+/// What the transactions of one attach share: the committed rows they read,
+/// and the rows open ones have changed.
+#[derive(Default)]
+pub struct AttachShared {
+    pub rows: SharedRows,
+    pub claims: RowClaims,
+}
+
 pub struct StagedTransaction {
     store: Arc<Store>,
-    shared: Arc<SharedRows>,
+    shared: Arc<AttachShared>,
+    /// This transaction's name in the attach's row claims.
+    claimant: u64,
     pinned: Option<Pinned>,
     runs: Vec<Run>,
     next_rowid: i64,
@@ -96,9 +108,10 @@ impl StagedTransaction {
 
     /// A transaction that reads and carries forward the committed rows the
     /// other transactions of this attach share.
-    pub fn sharing(store: Arc<Store>, shared: Arc<SharedRows>) -> Self {
+    pub fn sharing(store: Arc<Store>, shared: Arc<AttachShared>) -> Self {
         StagedTransaction {
             store,
+            claimant: shared.claims.claimant(),
             shared,
             pinned: None,
             runs: Vec::new(),
@@ -119,7 +132,7 @@ impl StagedTransaction {
         if self.pinned.is_none() {
             let view = self.store.snapshot()?;
             let head = catalog::read_head(&self.store, &view).await?;
-            let inline = match self.shared.inline_tables(head) {
+            let inline = match self.shared.rows.inline_tables(head) {
                 Some(kept) => kept,
                 None => {
                     let read = Arc::new(InlineTables {
@@ -130,7 +143,7 @@ impl StagedTransaction {
                         delete_tables: inline::committed_delete_tables(&self.store, &view)
                             .await?,
                     });
-                    self.shared.offer_inline_tables(head, &read);
+                    self.shared.rows.offer_inline_tables(head, &read);
                     read
                 }
             };
@@ -323,7 +336,7 @@ impl StagedTransaction {
         if let Some(rows) = pinned.rows.get(&table) {
             return Ok(rows.clone());
         }
-        if let Some(rows) = shared.rows(pinned.head, table) {
+        if let Some(rows) = shared.rows.rows(pinned.head, table) {
             pinned.rows.insert(table, rows.clone());
             return Ok(rows);
         }
@@ -340,7 +353,7 @@ impl StagedTransaction {
             }
         });
         pinned.rows.insert(table, rows.clone());
-        shared.offer(pinned.head, table, &rows);
+        shared.rows.offer(pinned.head, table, &rows);
         Ok(rows)
     }
 
@@ -421,6 +434,9 @@ impl StagedTransaction {
         self.pin().await?;
         for &rowid in rowids {
             let row = self.resolve(rowid)?;
+            self.shared
+                .claims
+                .claim(self.claimant, table, &row, Change::Deletion)?;
             self.ops.push(StagedOp::Delete { table, row });
         }
         Ok(())
@@ -443,6 +459,9 @@ impl StagedTransaction {
         }
         for (&rowid, set) in rowids.iter().zip(values) {
             let old = self.resolve(rowid)?;
+            self.shared
+                .claims
+                .claim(self.claimant, table, &old, Change::Update)?;
             let mut new = old.clone();
             for (&c, v) in columns.iter().zip(set) {
                 let slot = new.get_mut(c).ok_or_else(|| {
@@ -472,7 +491,7 @@ impl StagedTransaction {
                 | Error::InvalidArgument(_) | Error::Unsupported(_))
             {
                 // The batch may or may not have landed.
-                self.shared.clear();
+                self.shared.rows.clear();
             }
         }
         let outcome = outcome?;
@@ -482,10 +501,17 @@ impl StagedTransaction {
         self.pinned = None;
         self.runs.clear();
         if let Some(head) = outcome.head(premise) {
-            self.shared.committed(premise, head, &self.ops);
+            self.shared.rows.committed(premise, head, &self.ops);
         }
+        self.shared.claims.release(self.claimant);
         self.ops.clear();
         Ok(outcome)
+    }
+}
+
+impl Drop for StagedTransaction {
+    fn drop(&mut self) {
+        self.shared.claims.release(self.claimant);
     }
 }
 
