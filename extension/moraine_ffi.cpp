@@ -87,13 +87,24 @@ static Value DeserializeValue(const char *ptr, size_t len) {
 }
 
 void FillVector(MoraineScan *scan, idx_t column, uint8_t transfer, idx_t offset, idx_t count, Vector &out) {
+	D_ASSERT(count <= STANDARD_VECTOR_SIZE);
+	uint8_t valid[STANDARD_VECTOR_SIZE];
+	int64_t ints[STANDARD_VECTOR_SIZE];
+	const char *ptrs[STANDARD_VECTOR_SIZE];
+	size_t lens[STANDARD_VECTOR_SIZE];
+	bool integral = transfer == MORAINE_TRANSFER_INT64 || transfer == MORAINE_TRANSFER_TIMESTAMPTZ ||
+	                transfer == MORAINE_TRANSFER_BOOL;
+	// BIGINT and TIMESTAMP WITH TIME ZONE are 64-bit integers in DuckDB's vectors: filled in place.
+	int64_t *int_target = integral && transfer != MORAINE_TRANSFER_BOOL ? FlatVector::GetData<int64_t>(out) : ints;
+	auto filled = moraine_scan_fill(scan, column, offset, count, valid, integral ? int_target : nullptr,
+	                                integral ? nullptr : ptrs, integral ? nullptr : lens);
+	if (filled != count) {
+		throw IOException("moraine: a scan returned %llu of %llu rows", (unsigned long long)filled,
+		                  (unsigned long long)count);
+	}
 	auto &validity = FlatVector::Validity(out);
 	for (idx_t i = 0; i < count; i++) {
-		int64_t int_value = 0;
-		const char *ptr = nullptr;
-		size_t len = 0;
-		auto kind = moraine_scan_cell(scan, offset + i, column, &int_value, &ptr, &len);
-		if (kind == MORAINE_CELL_NULL) {
+		if (!valid[i]) {
 			if (transfer == MORAINE_TRANSFER_VALUE) {
 				// A typed NULL also invalidates the children of nested types.
 				out.SetValue(i, Value(out.GetType()));
@@ -104,27 +115,24 @@ void FillVector(MoraineScan *scan, idx_t column, uint8_t transfer, idx_t offset,
 		}
 		switch (transfer) {
 		case MORAINE_TRANSFER_INT64:
-			FlatVector::GetData<int64_t>(out)[i] = int_value;
-			break;
 		case MORAINE_TRANSFER_TIMESTAMPTZ:
-			FlatVector::GetData<timestamp_tz_t>(out)[i] = timestamp_tz_t(int_value);
 			break;
 		case MORAINE_TRANSFER_BOOL:
-			FlatVector::GetData<bool>(out)[i] = int_value != 0;
+			FlatVector::GetData<bool>(out)[i] = ints[i] != 0;
 			break;
 		case MORAINE_TRANSFER_TEXT:
-			FlatVector::GetData<string_t>(out)[i] = StringVector::AddString(out, ptr, len);
+			FlatVector::GetData<string_t>(out)[i] = StringVector::AddString(out, ptrs[i], lens[i]);
 			break;
 		case MORAINE_TRANSFER_UUID: {
 			hugeint_t uuid;
-			if (!UUID::FromString(string(ptr, len), uuid)) {
-				throw IOException("moraine: stored UUID '%s' is malformed", string(ptr, len));
+			if (!UUID::FromString(string(ptrs[i], lens[i]), uuid)) {
+				throw IOException("moraine: stored UUID '%s' is malformed", string(ptrs[i], lens[i]));
 			}
 			FlatVector::GetData<hugeint_t>(out)[i] = uuid;
 			break;
 		}
 		default:
-			out.SetValue(i, DeserializeValue(ptr, len));
+			out.SetValue(i, DeserializeValue(ptrs[i], lens[i]));
 			break;
 		}
 	}

@@ -90,8 +90,11 @@ int32_t moraine_txn_drop_table(MoraineTxn *txn, const char *name, bool if_exists
 int32_t moraine_txn_scan(MoraineTxn *txn, const char *name, MoraineScan **scan_out, char **err);
 int64_t moraine_scan_base(MoraineScan *scan);
 size_t moraine_scan_row_count(MoraineScan *scan);
-uint8_t moraine_scan_cell(MoraineScan *scan, size_t row, size_t column, int64_t *int_out, const char **ptr_out,
-                          size_t *len_out);
+// Fills rows [offset, offset + count) of one column: valid[i] is 1, or 0 for NULL; integers, booleans (0/1)
+// and timestamps go to ints[i], text and bytes to ptrs[i]/lens[i] (valid until the scan is freed). Buffers a
+// column never uses may be null. Returns the rows filled.
+size_t moraine_scan_fill(MoraineScan *scan, size_t column, size_t offset, size_t count, uint8_t *valid,
+                         int64_t *ints, const char **ptrs, size_t *lens);
 void moraine_scan_free(MoraineScan *scan);
 
 int32_t moraine_txn_insert(MoraineTxn *txn, const char *name, size_t row_count, size_t column_count,

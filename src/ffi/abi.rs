@@ -450,50 +450,66 @@ pub extern "C" fn moraine_scan_row_count(scan: *mut MoraineScan) -> usize {
     handle(scan, "scan").map(|s| s.rows.len()).unwrap_or(0)
 }
 
-/// Reads one cell; returns its kind (`MoraineCell::kind`). Text and bytes
-/// stay valid until the scan is freed.
+/// Fills rows `[offset, offset + count)` of one column in one call, so a
+/// vector of DuckDB rows costs one crossing per column rather than one per
+/// cell. For each row: `valid[i]` 1 or 0 (NULL); integers, booleans (0/1)
+/// and timestamps into `ints[i]`; text and bytes as `ptrs[i]`/`lens[i]`,
+/// valid until the scan is freed. A buffer the column's cells never use may
+/// be null. Returns the number of rows filled.
 #[no_mangle]
-pub extern "C" fn moraine_scan_cell(
+pub extern "C" fn moraine_scan_fill(
     scan: *mut MoraineScan,
-    row: usize,
     column: usize,
-    int_out: *mut i64,
-    ptr_out: *mut *const c_char,
-    len_out: *mut usize,
-) -> u8 {
-    let Ok(scan) = handle(scan, "scan") else {
-        return CELL_NULL;
-    };
-    let Some(cell) = scan.rows.get(row).and_then(|r| r.get(column)) else {
-        return CELL_NULL;
-    };
-    if int_out.is_null() || ptr_out.is_null() || len_out.is_null() {
-        return CELL_NULL;
-    }
-    // SAFETY: checked non-null out-pointers; text outlives the scan handle.
-    unsafe {
-        match cell {
-            Cell::Null => CELL_NULL,
-            Cell::Int(v) => {
-                *int_out = *v;
-                CELL_INT
-            }
-            Cell::Bool(b) => {
-                *int_out = i64::from(*b);
-                CELL_BOOL
-            }
-            Cell::Text(s) => {
-                *ptr_out = s.as_ptr().cast();
-                *len_out = s.len();
-                CELL_TEXT
-            }
-            Cell::Blob(b) => {
-                *ptr_out = b.as_ptr().cast();
-                *len_out = b.len();
-                CELL_BLOB
-            }
+    offset: usize,
+    count: usize,
+    valid: *mut u8,
+    ints: *mut i64,
+    ptrs: *mut *const c_char,
+    lens: *mut usize,
+) -> usize {
+    let filled = catch_unwind(AssertUnwindSafe(|| {
+        let Ok(scan) = handle(scan, "scan") else {
+            return 0;
+        };
+        let rows = scan.rows.get(offset..).unwrap_or(&[]);
+        let rows = &rows[..count.min(rows.len())];
+        if valid.is_null() {
+            return 0;
         }
-    }
+        // SAFETY: the shim passes buffers of at least `count` elements, or
+        // null for kinds of cell the column does not hold.
+        let valid = unsafe { std::slice::from_raw_parts_mut(valid, rows.len()) };
+        let mut ints = (!ints.is_null())
+            .then(|| unsafe { std::slice::from_raw_parts_mut(ints, rows.len()) });
+        let mut ptrs = (!ptrs.is_null())
+            .then(|| unsafe { std::slice::from_raw_parts_mut(ptrs, rows.len()) });
+        let mut lens = (!lens.is_null())
+            .then(|| unsafe { std::slice::from_raw_parts_mut(lens, rows.len()) });
+        for (i, row) in rows.iter().enumerate() {
+            let (int, bytes): (Option<i64>, Option<&[u8]>) = match row.get(column) {
+                None | Some(Cell::Null) => (None, None),
+                Some(Cell::Int(v)) => (Some(*v), None),
+                Some(Cell::Bool(b)) => (Some(i64::from(*b)), None),
+                Some(Cell::Text(t)) => (None, Some(t.as_bytes())),
+                Some(Cell::Blob(b)) => (None, Some(b.as_slice())),
+            };
+            let mut is_valid = false;
+            if let (Some(v), Some(ints)) = (int, ints.as_deref_mut()) {
+                ints[i] = v;
+                is_valid = true;
+            }
+            if let (Some(b), Some(ptrs), Some(lens)) =
+                (bytes, ptrs.as_deref_mut(), lens.as_deref_mut())
+            {
+                ptrs[i] = b.as_ptr().cast();
+                lens[i] = b.len();
+                is_valid = true;
+            }
+            valid[i] = u8::from(is_valid);
+        }
+        rows.len()
+    }));
+    filled.unwrap_or(0)
 }
 
 #[no_mangle]
