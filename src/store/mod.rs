@@ -24,6 +24,10 @@ use std::sync::Arc;
 pub use settings::StoreSettings;
 pub use uri::StoreUri;
 
+/// How many commits the WAL may hold before the memtable goes to L0: a
+/// reader's attach replays at most this many WAL objects.
+const MEMTABLE_FLUSH_COMMITS: u64 = 128;
+
 /// Bulk scans fetch widely: the default (one block, one fetch) turns a cold
 /// scan on S3 into thousands of sequential GETs.
 fn bulk_scan() -> ScanOptions {
@@ -51,6 +55,8 @@ pub struct Store {
     commits: CommitCounters,
     /// Object-store requests made through this handle.
     requests: Arc<counted::RequestCounts>,
+    /// Commits since the memtable last went to an L0 SST.
+    unflushed_commits: AtomicU64,
     /// Renews the writer lease while a writer is open.
     lease: Option<tokio::task::JoinHandle<()>>,
 }
@@ -160,6 +166,7 @@ impl Store {
             keys_read: AtomicU64::new(0),
             commits: CommitCounters::default(),
             requests,
+            unflushed_commits: AtomicU64::new(0),
             lease,
         })
     }
@@ -283,8 +290,30 @@ impl Store {
                 .await_durable()
                 .await
                 .map_err(|e| slate("awaiting durability", e))?;
+            self.flush_memtable_now_and_then(db);
         }
         Ok(())
+    }
+
+    /// Moves the memtable into an L0 SST every `MEMTABLE_FLUSH_COMMITS`
+    /// commits, in the background. A catalog's commits are small, so
+    /// SlateDB's size threshold (64 MiB) would let thousands of WAL objects
+    /// pile up, and every reader attach and every recovery replays them all.
+    fn flush_memtable_now_and_then(&self, db: &Db) {
+        let since = self.unflushed_commits.fetch_add(1, Ordering::Relaxed) + 1;
+        if since < MEMTABLE_FLUSH_COMMITS {
+            return;
+        }
+        self.unflushed_commits.store(0, Ordering::Relaxed);
+        let db = db.clone();
+        tokio::spawn(async move {
+            // A failed flush leaves the data in the WAL, where it is durable.
+            let _ = db
+                .flush_with_options(FlushOptions {
+                    flush_type: FlushType::MemTable,
+                })
+                .await;
+        });
     }
 
     /// Writes everything pending into a new L0 SST and the manifest, so it

@@ -1,0 +1,57 @@
+"""The S3 request economy of a lake as its history grows, counted by moraine's object-store wrapper and read
+from `moraine_stats`: an ordinary inlined commit costs one PUT (its WAL object), and a cold attach plus the first
+query makes a number of requests that does not grow with the number of snapshots."""
+
+import harness
+import s3server
+
+
+def stats(con):
+    return {k: v for k, v in con.execute("SELECT name, value FROM moraine_stats('lake')").fetchall()}
+
+
+def attach(tmp):
+    harness.require_extension("moraine")
+    con = harness.connect(load=s3server.LOAD)
+    con.execute(s3server.secret_sql())
+    con.execute("ATTACH 'ducklake:moraine:%s' AS lake (DATA_PATH '%s/data/', READ_WRITE)"
+                % (s3server.url(tmp, "catalog"), tmp))
+    return con
+
+
+def commit(con, n, start):
+    for i in range(start, start + n):
+        con.execute("INSERT INTO lake.t VALUES (%d)" % i)
+
+
+def cold_attach_requests(tmp):
+    con = attach(tmp)
+    count = con.execute("SELECT count(*) FROM lake.t").fetchone()[0]
+    s = stats(con)
+    con.close()
+    return count, sum(v for k, v in s.items() if k.startswith("object_store_")), s
+
+
+def test_commits_cost_one_put_and_attach_requests_do_not_grow_with_history(tmp):
+    con = attach(tmp)
+    con.execute("CREATE TABLE lake.t (x BIGINT)")
+    commit(con, 50, 0)
+    before = stats(con)
+    commit(con, 50, 50)
+    after = stats(con)
+    con.close()
+    puts = (after["object_store_puts"] - before["object_store_puts"]) / 50.0
+    gets = (after["object_store_gets"] - before["object_store_gets"]) / 50.0
+    at_100, total_100, detail_100 = cold_attach_requests(tmp)
+    assert at_100 == 100
+    con = attach(tmp)
+    commit(con, 300, 100)
+    con.close()
+    at_400, total_400, detail_400 = cold_attach_requests(tmp)
+    assert at_400 == 400
+    print("S3 requests: %.2f PUT and %.2f GET per inlined commit; cold attach + first query: %d requests at 100 "
+          "snapshots %s, %d at 400 %s" % (puts, gets, total_100, detail_100, total_400, detail_400))
+    assert puts <= 1.1, puts
+    assert gets <= 0.5, gets
+    # History adds no requests to an attach (a flushed memtable or a compaction may add an object or two).
+    assert total_400 <= total_100 + 4, (total_100, total_400)
