@@ -182,3 +182,57 @@ def test_unordered_metadata_scans_keep_insertion_order(tmp):
     pick = [names.index(c) for c in ("table_id", "column_id", "default_value", "end_snapshot")]
     seen = [tuple(r[i] for i in pick[:3]) + (r[pick[3]] is None,) for r in rows]
     assert seen == [(1, 1, 'NULL', False), (2, 1, 'NULL', True), (1, 1, '7', True), (2, 2, '42', True)], seen
+
+
+# Every kind of object DuckLake's expiry cascade handles (RFC 0007, steps 5, 6 and 8): views, tags and column
+# tags, scalar and table macros, partitions, sort keys, column and name mappings (files added from outside),
+# inlined data and inlined deletions, dropped schemas and dropped tables, inline tables included.
+CASCADE_STREAM = [
+    "USE lake",
+    "CREATE SCHEMA s",
+    "CREATE TABLE s.gone (i INTEGER)",
+    "INSERT INTO s.gone VALUES (1), (2)",
+    "CREATE TABLE t (id INTEGER, part INTEGER, name VARCHAR)",
+    "INSERT INTO t SELECT i, i % 3, 'n' || i FROM range(30) r(i)",
+    "INSERT INTO t VALUES (100, 1, 'inl'), (101, 2, 'inl2')",
+    "COPY (SELECT 7 AS id, 1 AS part, 'added' AS name) TO '{tmp}/added.parquet'",
+    "CALL ducklake_add_data_files('lake', 't', '{tmp}/added.parquet')",
+    "COMMENT ON TABLE t IS 'table comment'",
+    "COMMENT ON COLUMN t.name IS 'column comment'",
+    "COMMENT ON TABLE t IS 'second comment'",
+    "CREATE VIEW v AS SELECT id FROM t WHERE id < 10",
+    "CREATE OR REPLACE VIEW v AS SELECT id FROM t WHERE id < 5",
+    "CREATE MACRO plus_one(a) AS a + 1",
+    "CREATE MACRO small_ids() AS TABLE SELECT id FROM t WHERE id < 3",
+    "ALTER TABLE t SET PARTITIONED BY (part)",
+    "INSERT INTO t SELECT i, i % 3, 'p' || i FROM range(200, 230) r(i)",
+    "ALTER TABLE t SET SORTED BY (id)",
+    "INSERT INTO t SELECT i, i % 3, 's' || i FROM range(300, 330) r(i)",
+    "DELETE FROM t WHERE id IN (1, 2)",
+    "CREATE TABLE dropped_inline (x INTEGER)",
+    "INSERT INTO dropped_inline VALUES (1)",
+    "DROP TABLE dropped_inline",
+    "DROP MACRO plus_one",
+    "DROP MACRO TABLE small_ids",
+    "DROP VIEW v",
+    "ALTER TABLE t RESET PARTITIONED BY",
+    "DROP TABLE s.gone",
+    "DROP SCHEMA s",
+    "CALL ducklake_flush_inlined_data('lake')",
+    "CALL ducklake_merge_adjacent_files('lake')",
+    "SELECT count(*), sum(id) FROM t",
+    "SELECT snapshot_id FROM ducklake_expire_snapshots('lake', older_than => now()) ORDER BY 1",
+    "SELECT count(*) FROM ducklake_snapshots('lake')",
+    "SELECT count(*) > 0 FROM ducklake_cleanup_old_files('lake', cleanup_all => true)",
+    "SELECT count(*) FROM ducklake_delete_orphaned_files('lake', cleanup_all => true)",
+    "SELECT count(*), sum(id) FROM t",
+    "SELECT * FROM t ORDER BY id LIMIT 5",
+]
+
+
+def test_expiry_cascade_over_every_object_kind_leaves_the_same_catalog(tmp):
+    """After expiring everything but the head, cleanup and orphan removal, every metadata table holds exactly what
+    the DuckDB-file catalog holds (compared in natural order)."""
+    base = os.path.join(tmp, "files")
+    os.makedirs(base, exist_ok=True)
+    same(tmp, [s.replace("{tmp}", base) for s in CASCADE_STREAM])

@@ -176,19 +176,36 @@ pub async fn audit(store: &Store) -> Result<Audit> {
 
 fn findings(a: &Audit) -> Vec<Finding> {
     let mut out = Vec::new();
-    // Snapshot 0 still present means no expiry has ever run.
-    if a.expire_older_than.is_none()
-        && a.oldest_snapshot_id == Some(0)
-        && (a.snapshot_count > 1 || a.history_versions > 0)
-    {
-        out.push(Finding {
+    // History is whatever expiry could still remove: snapshots besides the
+    // head, and ended versions.
+    let history = a.snapshot_count > 1 || a.history_versions > 0;
+    match a.expire_older_than.as_deref().map(interval_seconds) {
+        None if history => out.push(Finding {
             severity: Severity::Unbounded,
             message: format!(
                 "{} snapshots and {} ended versions are kept and nothing expires them: set DuckLake's expire_older_than \
-                 (CALL ducklake_set_option('lake', 'expire_older_than', '1 week')) or run ducklake_expire_snapshots",
+                 (CALL ducklake_set_option('lake', 'expire_older_than', '1 week')) and run ducklake_expire_snapshots \
+                 regularly",
                 a.snapshot_count, a.history_versions
             ),
-        });
+        }),
+        // The horizon is set, yet snapshots older than it remain: expiry is
+        // configured but not running. (The head never expires, so a lone old
+        // head snapshot is no finding.)
+        Some(Some(horizon)) if a.snapshot_count > 1 => {
+            if let Some(age) = a.oldest_snapshot_age_seconds.filter(|age| *age > horizon) {
+                out.push(Finding {
+                    severity: Severity::Unbounded,
+                    message: format!(
+                        "expire_older_than is {} but the oldest of {} snapshots is {age} s old: expiry is configured \
+                         and not running; schedule CALL ducklake_expire_snapshots('lake')",
+                        a.expire_older_than.as_deref().unwrap_or_default(),
+                        a.snapshot_count
+                    ),
+                });
+            }
+        }
+        _ => {}
     }
     let live = a.live_bytes();
     let physical = a.physical.bytes();
@@ -306,6 +323,48 @@ pub fn rows(a: &Audit) -> Vec<[String; 4]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn audit_of(snapshots: u64, oldest_age: i64, horizon: Option<&str>) -> Audit {
+        Audit {
+            snapshot_count: snapshots,
+            oldest_snapshot_id: Some(1),
+            oldest_snapshot_age_seconds: Some(oldest_age),
+            expire_older_than: horizon.map(str::to_string),
+            ..Audit::default()
+        }
+    }
+
+    fn severities(a: &Audit) -> Vec<Severity> {
+        findings(a).into_iter().map(|f| f.severity).collect()
+    }
+
+    #[test]
+    fn history_without_a_horizon_is_unbounded_even_after_a_manual_expiry() {
+        // Oldest snapshot 1, not 0: an expiry ran once, and history grew again.
+        assert_eq!(severities(&audit_of(40, 10, None)), [Severity::Unbounded]);
+        assert!(severities(&audit_of(1, 10, None)).is_empty(), "only the head is left");
+    }
+
+    #[test]
+    fn a_horizon_that_expiry_does_not_keep_is_unbounded() {
+        assert_eq!(severities(&audit_of(40, 8 * 86_400, Some("1 week"))), [Severity::Unbounded]);
+        assert!(severities(&audit_of(40, 86_400, Some("1 week"))).is_empty(), "within the horizon");
+        assert!(severities(&audit_of(1, 8 * 86_400, Some("1 week"))).is_empty(), "an old head never expires");
+    }
+
+    #[test]
+    fn reclaimable_bytes_and_a_cleanup_backlog_are_findings() {
+        let mut a = audit_of(1, 0, Some("1 week"));
+        a.logical.insert("current/x".into(), (1, 1_000));
+        a.physical.by_type.insert("sst".into(), (9, 4 * 1_000 + FIXED_OVERHEAD_BYTES + 1));
+        assert_eq!(severities(&a), [Severity::Reclaimable]);
+        a.physical.by_type.insert("sst".into(), (9, 2_000));
+        a.schedule_backlog = 3;
+        a.oldest_schedule_age_seconds = Some(3 * 86_400);
+        assert_eq!(severities(&a), [Severity::Backlog], "past the default two-day horizon");
+        a.delete_older_than = Some("1 week".into());
+        assert!(severities(&a).is_empty());
+    }
 
     #[test]
     fn intervals_parse_like_ducklake_options() {
