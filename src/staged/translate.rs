@@ -35,6 +35,12 @@ struct Translator<'a> {
     bootstrap: bool,
     /// The insertion ordinal the next new record gets.
     next_ordinal: i64,
+    /// Keys of the records this commit inserts: the only parents an
+    /// embedded row may join.
+    inserted: BTreeSet<Vec<u8>>,
+    /// Parents an embedded delete found live: each must be deleted by this
+    /// commit too (RFC 0007: an embedded delete rides its parent's).
+    orphaning: Vec<(Kind, Vec<u8>)>,
 }
 
 /// A commit's records take ordinals `batch_count << ORDINAL_BITS` upward, so
@@ -69,10 +75,13 @@ pub async fn commit(
         minted: None,
         bootstrap: false,
         next_ordinal: (head.map_or(0, |h| h.batch_count) + 1) << ORDINAL_BITS,
+        inserted: BTreeSet::new(),
+        orphaning: Vec::new(),
     };
     for op in ops {
         t.apply(op).await.map_err(|e| with_context(e, op))?;
     }
+    t.check_embedded_deletes()?;
     t.apply_inline_deletes().await?;
     t.write_new_chunks().await?;
     let outcome = t.advance_head(ops)?;
@@ -273,10 +282,14 @@ impl Translator<'_> {
                 Ok(())
             }
             (Lifecycle::Embedded { parent, link }, StagedOp::Insert { row, .. }) => {
-                let Some((key, mut record)) = self.find_parent(parent, link, row).await? else {
+                let found = self.find_parent(parent, link, row).await?;
+                let Some((key, mut record)) = found.filter(|(key, _)| self.inserted.contains(key))
+                else {
                     return Err(Error::Constraint(format!(
-                        "the row names a {} this commit does not write",
-                        parent.def().name
+                        "the row names a {} this commit does not insert; {} rows are written together \
+                         with their parent",
+                        parent.def().name,
+                        def.name
                     )));
                 };
                 record.push_child(kind.tag(), row.clone());
@@ -284,8 +297,10 @@ impl Translator<'_> {
                 Ok(())
             }
             (Lifecycle::Embedded { parent, link }, StagedOp::Delete { row, .. }) => {
-                // Rides its parent: a no-op once the parent is gone.
+                // Rides its parent: a no-op once the parent is gone, and
+                // otherwise valid only if the parent goes in this commit too.
                 if let Some((key, mut record)) = self.find_parent(parent, link, row).await? {
+                    self.orphaning.push((parent, key.clone()));
                     if let Some((_, rows)) =
                         record.children.iter_mut().find(|(t, _)| *t == kind.tag())
                     {
@@ -303,6 +318,7 @@ impl Translator<'_> {
                     return Err(duplicate(kind, row));
                 }
                 let record = self.fresh(row.clone());
+                self.inserted.insert(key.clone());
                 self.put(key, tag, record);
                 Ok(())
             }
@@ -339,6 +355,20 @@ impl Translator<'_> {
                 Ok(())
             }
         }
+    }
+
+    /// Every parent an embedded delete found live is deleted by this commit.
+    fn check_embedded_deletes(&self) -> Result<()> {
+        for (parent, key) in &self.orphaning {
+            if !matches!(self.working.get(key), Some(None)) {
+                return Err(Error::Constraint(format!(
+                    "a row embedded in a live {} was deleted without it: such rows are deleted together \
+                     with their parent",
+                    parent.def().name
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The current parent record an embedded row belongs to.
