@@ -7,6 +7,7 @@
 #include "duckdb/planner/operator/logical_update.hpp"
 #include "duckdb/execution/physical_plan_generator.hpp"
 #include "duckdb/storage/database_size.hpp"
+#include "moraine_ffi.hpp"
 #include "moraine_schema_entry.hpp"
 #include "moraine_table_entry.hpp"
 #include "moraine_write.hpp"
@@ -18,6 +19,7 @@ MoraineCatalog::MoraineCatalog(AttachedDatabase &db, string uri_p, MoraineDb *ha
 }
 
 MoraineCatalog::~MoraineCatalog() {
+	other_schemas.clear();
 	main_schema.reset();
 	moraine_close(handle);
 }
@@ -25,14 +27,47 @@ MoraineCatalog::~MoraineCatalog() {
 void MoraineCatalog::Initialize(bool load_builtin) {
 	CreateSchemaInfo info;
 	info.schema = DEFAULT_SCHEMA;
-	main_schema = make_uniq<MoraineSchemaEntry>(*this, info);
+	main_schema = make_uniq<MoraineSchemaEntry>(*this, info, handle, false);
+}
+
+optional_ptr<MoraineSchemaEntry> MoraineCatalog::OpenSchema(const string &name, bool create) {
+	auto found = other_schemas.find(name);
+	if (found != other_schemas.end()) {
+		return found->second.get();
+	}
+	MoraineDb *schema_handle = nullptr;
+	char *err = nullptr;
+	auto code = moraine_open_schema(handle, name.c_str(), create, &schema_handle, &err);
+	if (code == MORAINE_NOT_FOUND) {
+		moraine_free_string(err);
+		return nullptr;
+	}
+	if (code != MORAINE_OK) {
+		ThrowMoraineError(code, err);
+	}
+	CreateSchemaInfo info;
+	info.schema = name;
+	auto entry = make_uniq<MoraineSchemaEntry>(*this, info, schema_handle, true);
+	auto result = entry.get();
+	other_schemas[name] = std::move(entry);
+	return result;
 }
 
 optional_ptr<CatalogEntry> MoraineCatalog::CreateSchema(CatalogTransaction transaction, CreateSchemaInfo &info) {
-	if (StringUtil::CIEquals(info.schema, DEFAULT_SCHEMA) && info.on_conflict != OnCreateConflict::ERROR_ON_CONFLICT) {
-		return nullptr;
+	bool exists;
+	if (StringUtil::CIEquals(info.schema, DEFAULT_SCHEMA)) {
+		exists = true;
+	} else {
+		lock_guard<mutex> guard(schemas_lock);
+		exists = OpenSchema(info.schema, false) != nullptr;
+		if (!exists) {
+			return OpenSchema(info.schema, true).get();
+		}
 	}
-	throw NotImplementedException("a moraine catalog has exactly one schema, \"main\"");
+	if (info.on_conflict == OnCreateConflict::ERROR_ON_CONFLICT) {
+		throw CatalogException("schema \"%s\" already exists", info.schema);
+	}
+	return nullptr;
 }
 
 optional_ptr<SchemaCatalogEntry> MoraineCatalog::LookupSchema(CatalogTransaction transaction,
@@ -42,14 +77,25 @@ optional_ptr<SchemaCatalogEntry> MoraineCatalog::LookupSchema(CatalogTransaction
 	if (name.empty() || StringUtil::CIEquals(name, DEFAULT_SCHEMA)) {
 		return main_schema.get();
 	}
-	if (if_not_found == OnEntryNotFound::THROW_EXCEPTION) {
-		throw CatalogException("schema \"%s\" does not exist: a moraine catalog has only \"main\"", name);
+	lock_guard<mutex> guard(schemas_lock);
+	auto schema = OpenSchema(name, false);
+	if (!schema && if_not_found == OnEntryNotFound::THROW_EXCEPTION) {
+		throw CatalogException("schema \"%s\" does not exist in the moraine catalog %s", name, uri);
 	}
-	return nullptr;
+	return schema.get();
 }
 
 void MoraineCatalog::ScanSchemas(ClientContext &context, std::function<void(SchemaCatalogEntry &)> callback) {
 	callback(*main_schema);
+	lock_guard<mutex> guard(schemas_lock);
+	for (auto &entry : other_schemas) {
+		callback(*entry.second);
+	}
+}
+
+MoraineDb *MoraineCatalog::LakeHandle() {
+	lock_guard<mutex> guard(schemas_lock);
+	return other_schemas.size() == 1 ? other_schemas.begin()->second->Handle() : handle;
 }
 
 PhysicalOperator &MoraineCatalog::PlanCreateTableAs(ClientContext &context, PhysicalPlanGenerator &planner,

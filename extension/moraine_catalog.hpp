@@ -1,5 +1,7 @@
-// The catalog DuckDB attaches for `moraine:<uri>`: one schema, `main`, whose
-// tables are DuckLake's metadata tables served by the Rust core.
+// The catalog DuckDB attaches for `moraine:<uri>`. Schema `main` is the store
+// at the attach's location; every other schema (DuckLake's METADATA_SCHEMA) is
+// a store of its own beside it, opened when first named. Their tables are
+// DuckLake's metadata tables served by the Rust core.
 #pragma once
 
 #include "duckdb/catalog/catalog.hpp"
@@ -16,6 +18,9 @@ public:
 	MoraineDb *Handle() {
 		return handle;
 	}
+	//! The store a DuckLake lake on this catalog uses: the one schema other
+	//! than `main` that is open, else `main`'s.
+	MoraineDb *LakeHandle();
 
 	void Initialize(bool load_builtin) override;
 	string GetCatalogType() override {
@@ -40,9 +45,15 @@ public:
 private:
 	void DropSchema(ClientContext &context, DropInfo &info) override;
 
+	//! The entry of schema `name` other than `main`, opening (or with `create`,
+	//! creating) its store; null when it does not exist. Call with schemas_lock held.
+	optional_ptr<MoraineSchemaEntry> OpenSchema(const string &name, bool create);
+
 	string uri;
 	MoraineDb *handle;
 	unique_ptr<MoraineSchemaEntry> main_schema;
+	mutex schemas_lock;
+	case_insensitive_map_t<unique_ptr<MoraineSchemaEntry>> other_schemas;
 };
 
 } // namespace duckdb

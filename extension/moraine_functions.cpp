@@ -56,11 +56,11 @@ static void ReclaimExecute(ClientContext &context, TableFunctionInput &input, Da
 		throw InvalidInputException("moraine_reclaim cannot run inside BEGIN … COMMIT: it compacts and collects the "
 		                            "whole store, so run it as a statement of its own");
 	}
-	if (moraine_db_is_read_only(catalog.Handle())) {
+	if (moraine_db_is_read_only(catalog.LakeHandle())) {
 		throw InvalidInputException("moraine_reclaim needs a read-write attach; this lake is attached READ_ONLY");
 	}
 	MoraineReclaimReport report;
-	MoraineCall([&](char **err) { return moraine_db_reclaim(catalog.Handle(), 120000, &report, err); });
+	MoraineCall([&](char **err) { return moraine_db_reclaim(catalog.LakeHandle(), 120000, &report, err); });
 	output.SetCardinality(1);
 	output.SetValue(0, 0, Value::UBIGINT(report.bytes_before));
 	output.SetValue(1, 0, Value::UBIGINT(report.bytes_after));
@@ -82,7 +82,7 @@ static void AuditExecute(ClientContext &context, TableFunctionInput &input, Data
 		state.done = true;
 		auto &catalog = input.bind_data->Cast<MoraineCatalogBindData>().catalog;
 		MoraineStrings *rows = nullptr;
-		MoraineCall([&](char **err) { return moraine_db_audit(catalog.Handle(), &rows, err); });
+		MoraineCall([&](char **err) { return moraine_db_audit(catalog.LakeHandle(), &rows, err); });
 		for (idx_t i = 0; i < moraine_strings_len(rows); i++) {
 			state.cells.emplace_back(moraine_strings_get(rows, i));
 		}
@@ -115,7 +115,7 @@ static void StatsExecute(ClientContext &context, TableFunctionInput &input, Data
 	state.done = true;
 	auto &catalog = input.bind_data->Cast<MoraineCatalogBindData>().catalog;
 	MoraineStrings *rows = nullptr;
-	MoraineCall([&](char **err) { return moraine_db_stats(catalog.Handle(), &rows, err); });
+	MoraineCall([&](char **err) { return moraine_db_stats(catalog.LakeHandle(), &rows, err); });
 	idx_t count = 0;
 	for (idx_t i = 0; i + 1 < moraine_strings_len(rows); i += 2) {
 		output.SetValue(0, count, Value(moraine_strings_get(rows, i)));

@@ -1,5 +1,6 @@
 #include "moraine_scan.hpp"
 
+#include "moraine_schema_entry.hpp"
 #include "moraine_table_entry.hpp"
 #include "moraine_transaction.hpp"
 
@@ -24,7 +25,7 @@ static unique_ptr<GlobalTableFunctionState> MoraineScanInit(ClientContext &conte
 	auto &bind = input.bind_data->Cast<MoraineScanBindData>();
 	auto state = make_uniq<MoraineScanState>();
 	auto &txn = MoraineTransaction::Get(context, bind.table.catalog);
-	state->scan = txn.Scan(bind.table.name);
+	state->scan = txn.Scan(bind.table.schema.Cast<MoraineSchemaEntry>(), bind.table.name);
 	state->row_count = moraine_scan_row_count(state->scan);
 	state->base = moraine_scan_base(state->scan);
 	state->column_ids = input.column_ids;

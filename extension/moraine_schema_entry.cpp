@@ -6,7 +6,14 @@
 
 namespace duckdb {
 
-MoraineSchemaEntry::MoraineSchemaEntry(Catalog &catalog, CreateSchemaInfo &info) : SchemaCatalogEntry(catalog, info) {
+MoraineSchemaEntry::MoraineSchemaEntry(Catalog &catalog, CreateSchemaInfo &info, MoraineDb *handle_p, bool owned_p)
+    : SchemaCatalogEntry(catalog, info), handle(handle_p), owned(owned_p) {
+}
+
+MoraineSchemaEntry::~MoraineSchemaEntry() {
+	if (owned) {
+		moraine_close(handle);
+	}
 }
 
 static MoraineTransaction &TransactionOf(CatalogTransaction transaction, Catalog &catalog) {
@@ -28,7 +35,7 @@ optional_ptr<CatalogEntry> MoraineSchemaEntry::CreateTable(CatalogTransaction tr
 	if (base.on_conflict == OnCreateConflict::REPLACE_ON_CONFLICT) {
 		throw NotImplementedException("CREATE OR REPLACE TABLE is not supported in a moraine catalog");
 	}
-	txn.CreateTable(base.table, names, types, base.on_conflict == OnCreateConflict::IGNORE_ON_CONFLICT);
+	txn.CreateTable(*this, base.table, names, types, base.on_conflict == OnCreateConflict::IGNORE_ON_CONFLICT);
 	return txn.GetTable(transaction.GetContext(), *this, base.table);
 }
 
@@ -51,7 +58,7 @@ void MoraineSchemaEntry::Scan(ClientContext &context, CatalogType type,
 		return;
 	}
 	auto &txn = MoraineTransaction::Get(context, catalog);
-	for (auto &name : txn.ListTables()) {
+	for (auto &name : txn.ListTables(*this)) {
 		auto entry = txn.GetTable(context, *this, name);
 		if (entry) {
 			callback(*entry);
@@ -68,7 +75,7 @@ void MoraineSchemaEntry::DropEntry(ClientContext &context, DropInfo &info) {
 		throw NotImplementedException("a moraine catalog can only drop DuckLake's inlined tables");
 	}
 	auto &txn = MoraineTransaction::Get(context, catalog);
-	txn.DropTable(info.name, info.if_not_found != OnEntryNotFound::THROW_EXCEPTION);
+	txn.DropTable(*this, info.name, info.if_not_found != OnEntryNotFound::THROW_EXCEPTION);
 }
 
 void MoraineSchemaEntry::Alter(CatalogTransaction transaction, AlterInfo &info) {

@@ -1,15 +1,23 @@
-// Schema `main` of a moraine catalog. Table lookups go to the Rust core,
-// which answers per transaction (DuckLake creates its tables inside the
-// transaction that then uses them).
+// A schema of a moraine catalog: `main`, or one DuckLake created for its
+// METADATA_SCHEMA, each backed by a store of its own. Table lookups go to the
+// Rust core, which answers per transaction (DuckLake creates its tables inside
+// the transaction that then uses them).
 #pragma once
 
 #include "duckdb/catalog/catalog_entry/schema_catalog_entry.hpp"
+#include "moraine.h"
 
 namespace duckdb {
 
 class MoraineSchemaEntry : public SchemaCatalogEntry {
 public:
-	MoraineSchemaEntry(Catalog &catalog, CreateSchemaInfo &info);
+	//! `owned`: the entry closes `handle` when it goes (every schema but `main`).
+	MoraineSchemaEntry(Catalog &catalog, CreateSchemaInfo &info, MoraineDb *handle, bool owned);
+	~MoraineSchemaEntry() override;
+
+	MoraineDb *Handle() {
+		return handle;
+	}
 
 	optional_ptr<CatalogEntry> CreateTable(CatalogTransaction transaction, BoundCreateTableInfo &info) override;
 	optional_ptr<CatalogEntry> CreateFunction(CatalogTransaction transaction, CreateFunctionInfo &info) override;
@@ -30,6 +38,10 @@ public:
 	void Scan(CatalogType type, const std::function<void(CatalogEntry &)> &callback) override;
 	void DropEntry(ClientContext &context, DropInfo &info) override;
 	void Alter(CatalogTransaction transaction, AlterInfo &info) override;
+
+private:
+	MoraineDb *handle;
+	bool owned;
 };
 
 } // namespace duckdb

@@ -3,30 +3,54 @@
 #include "duckdb/parser/parsed_data/create_table_info.hpp"
 #include "duckdb/common/types/type_manager.hpp"
 #include "moraine_catalog.hpp"
+#include "moraine_schema_entry.hpp"
 
 namespace duckdb {
 
 MoraineTransaction::MoraineTransaction(MoraineCatalog &catalog_p, TransactionManager &manager, ClientContext &context)
     : Transaction(manager, context), catalog(catalog_p) {
-	MoraineCall([&](char **err) { return moraine_txn_begin(catalog.Handle(), &txn, err); });
 }
 
 MoraineTransaction::~MoraineTransaction() {
-	moraine_txn_free(txn);
+	for (auto &entry : txns) {
+		moraine_txn_free(entry.second);
+	}
+}
+
+MoraineTxn *MoraineTransaction::TxnFor(MoraineSchemaEntry &schema) {
+	lock_guard<mutex> guard(txns_lock);
+	for (auto &entry : txns) {
+		if (entry.first == schema.Handle()) {
+			return entry.second;
+		}
+	}
+	MoraineTxn *txn = nullptr;
+	MoraineCall([&](char **err) { return moraine_txn_begin(schema.Handle(), &txn, err); });
+	txns.emplace_back(schema.Handle(), txn);
+	return txn;
+}
+
+static string EntryKey(MoraineSchemaEntry &schema, const string &name) {
+	return schema.name + "." + name;
 }
 
 MoraineTransaction &MoraineTransaction::Get(ClientContext &context, Catalog &catalog) {
 	return Transaction::Get(context, catalog).Cast<MoraineTransaction>();
 }
 
+//! Each schema is a store of its own, so a transaction that wrote to two
+//! schemas commits them one after the other; DuckLake writes one.
 void MoraineTransaction::Commit() {
-	MoraineCall([&](char **err) { return moraine_txn_commit(txn, err); });
+	for (auto &entry : txns) {
+		MoraineCall([&](char **err) { return moraine_txn_commit(entry.second, err); });
+	}
 }
 
-MoraineTableEntry *MoraineTransaction::GetTable(ClientContext &context, SchemaCatalogEntry &schema,
+MoraineTableEntry *MoraineTransaction::GetTable(ClientContext &context, MoraineSchemaEntry &schema,
                                                 const string &name) {
+	auto txn = TxnFor(schema);
 	lock_guard<mutex> guard(lock);
-	auto cached = entries.find(name);
+	auto cached = entries.find(EntryKey(schema, name));
 	if (cached != entries.end()) {
 		return cached->second.get();
 	}
@@ -56,11 +80,12 @@ MoraineTableEntry *MoraineTransaction::GetTable(ClientContext &context, SchemaCa
 	moraine_table_desc_free(desc);
 	auto entry = make_uniq<MoraineTableEntry>(catalog, schema, info, std::move(transfers));
 	auto result = entry.get();
-	entries[name] = std::move(entry);
+	entries[EntryKey(schema, name)] = std::move(entry);
 	return result;
 }
 
-vector<string> MoraineTransaction::ListTables() {
+vector<string> MoraineTransaction::ListTables(MoraineSchemaEntry &schema) {
+	auto txn = TxnFor(schema);
 	MoraineStrings *list = nullptr;
 	MoraineCall([&](char **err) { return moraine_txn_list_tables(txn, &list, err); });
 	vector<string> names;
@@ -71,8 +96,9 @@ vector<string> MoraineTransaction::ListTables() {
 	return names;
 }
 
-void MoraineTransaction::CreateTable(const string &name, const vector<string> &names, const vector<string> &types,
-                                     bool if_not_exists) {
+void MoraineTransaction::CreateTable(MoraineSchemaEntry &schema, const string &name, const vector<string> &names,
+                                     const vector<string> &types, bool if_not_exists) {
+	auto txn = TxnFor(schema);
 	lock_guard<mutex> guard(lock);
 	vector<const char *> name_ptrs;
 	vector<const char *> type_ptrs;
@@ -84,39 +110,45 @@ void MoraineTransaction::CreateTable(const string &name, const vector<string> &n
 		return moraine_txn_create_table(txn, name.c_str(), names.size(), name_ptrs.data(), type_ptrs.data(),
 		                                if_not_exists, err);
 	});
-	auto cached = entries.find(name);
+	auto cached = entries.find(EntryKey(schema, name));
 	if (cached != entries.end()) {
 		retired.push_back(std::move(cached->second));
 		entries.erase(cached);
 	}
 }
 
-void MoraineTransaction::DropTable(const string &name, bool if_exists) {
+void MoraineTransaction::DropTable(MoraineSchemaEntry &schema, const string &name, bool if_exists) {
+	auto txn = TxnFor(schema);
 	lock_guard<mutex> guard(lock);
 	MoraineCall([&](char **err) { return moraine_txn_drop_table(txn, name.c_str(), if_exists, err); });
-	auto cached = entries.find(name);
+	auto cached = entries.find(EntryKey(schema, name));
 	if (cached != entries.end()) {
 		retired.push_back(std::move(cached->second));
 		entries.erase(cached);
 	}
 }
 
-MoraineScan *MoraineTransaction::Scan(const string &name) {
+MoraineScan *MoraineTransaction::Scan(MoraineSchemaEntry &schema, const string &name) {
+	auto txn = TxnFor(schema);
 	MoraineScan *scan = nullptr;
 	MoraineCall([&](char **err) { return moraine_txn_scan(txn, name.c_str(), &scan, err); });
 	return scan;
 }
 
-void MoraineTransaction::Insert(const string &name, idx_t rows, idx_t columns, const MoraineCell *cells) {
+void MoraineTransaction::Insert(MoraineSchemaEntry &schema, const string &name, idx_t rows, idx_t columns,
+                                const MoraineCell *cells) {
+	auto txn = TxnFor(schema);
 	MoraineCall([&](char **err) { return moraine_txn_insert(txn, name.c_str(), rows, columns, cells, err); });
 }
 
-void MoraineTransaction::Delete(const string &name, const vector<int64_t> &rowids) {
+void MoraineTransaction::Delete(MoraineSchemaEntry &schema, const string &name, const vector<int64_t> &rowids) {
+	auto txn = TxnFor(schema);
 	MoraineCall([&](char **err) { return moraine_txn_delete(txn, name.c_str(), rowids.size(), rowids.data(), err); });
 }
 
-void MoraineTransaction::Update(const string &name, const vector<int64_t> &rowids, const vector<idx_t> &columns,
-                                const MoraineCell *cells) {
+void MoraineTransaction::Update(MoraineSchemaEntry &schema, const string &name, const vector<int64_t> &rowids,
+                                const vector<idx_t> &columns, const MoraineCell *cells) {
+	auto txn = TxnFor(schema);
 	vector<size_t> cols(columns.begin(), columns.end());
 	MoraineCall([&](char **err) {
 		return moraine_txn_update(txn, name.c_str(), rowids.size(), rowids.data(), cols.size(), cols.data(), cells,

@@ -18,22 +18,28 @@ public:
 
 	void Commit();
 
-	MoraineTableEntry *GetTable(ClientContext &context, SchemaCatalogEntry &schema, const string &name);
-	vector<string> ListTables();
-	void CreateTable(const string &name, const vector<string> &names, const vector<string> &types, bool if_not_exists);
-	void DropTable(const string &name, bool if_exists);
+	MoraineTableEntry *GetTable(ClientContext &context, MoraineSchemaEntry &schema, const string &name);
+	vector<string> ListTables(MoraineSchemaEntry &schema);
+	void CreateTable(MoraineSchemaEntry &schema, const string &name, const vector<string> &names,
+	                 const vector<string> &types, bool if_not_exists);
+	void DropTable(MoraineSchemaEntry &schema, const string &name, bool if_exists);
 	//! Materializes a table for one scan; the caller frees the result.
-	MoraineScan *Scan(const string &name);
-	void Insert(const string &name, idx_t rows, idx_t columns, const MoraineCell *cells);
-	void Delete(const string &name, const vector<int64_t> &rowids);
-	void Update(const string &name, const vector<int64_t> &rowids, const vector<idx_t> &columns,
-	            const MoraineCell *cells);
+	MoraineScan *Scan(MoraineSchemaEntry &schema, const string &name);
+	void Insert(MoraineSchemaEntry &schema, const string &name, idx_t rows, idx_t columns, const MoraineCell *cells);
+	void Delete(MoraineSchemaEntry &schema, const string &name, const vector<int64_t> &rowids);
+	void Update(MoraineSchemaEntry &schema, const string &name, const vector<int64_t> &rowids,
+	            const vector<idx_t> &columns, const MoraineCell *cells);
 
 private:
+	//! The Rust transaction on the store behind `schema`, begun at first use.
+	MoraineTxn *TxnFor(MoraineSchemaEntry &schema);
+
 	MoraineCatalog &catalog;
-	MoraineTxn *txn = nullptr;
+	//! One Rust transaction per schema store this transaction touched.
+	vector<pair<MoraineDb *, MoraineTxn *>> txns;
+	mutex txns_lock;
 	mutex lock;
-	//! Entries bound in this transaction, keyed by lower-case name. Entries are
+	//! Entries bound in this transaction, keyed by schema and table name. Entries are
 	//! kept (never freed early) because bound plans hold references to them.
 	case_insensitive_map_t<unique_ptr<MoraineTableEntry>> entries;
 	vector<unique_ptr<MoraineTableEntry>> retired;

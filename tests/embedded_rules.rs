@@ -24,7 +24,12 @@ async fn lake_with_a_partitioned_file() -> std::sync::Arc<moraine::store::Store>
     stage(&mut tx, Kind::Snapshot, snapshot_row(2, 1, 3, 11)).await;
     stage(&mut tx, Kind::DataFile, data_file_row(10, 1, 2)).await;
     stage(&mut tx, Kind::FilePartitionValue, partition_value(10, 1)).await;
-    stage(&mut tx, Kind::SnapshotChanges, changes_row(2, "inserted_into_table:1")).await;
+    stage(
+        &mut tx,
+        Kind::SnapshotChanges,
+        changes_row(2, "inserted_into_table:1"),
+    )
+    .await;
     tx.commit().await.unwrap();
     store
 }
@@ -34,15 +39,21 @@ async fn an_embedded_row_cannot_join_a_parent_this_commit_did_not_insert() {
     let store = lake_with_a_partitioned_file().await;
     let mut tx = StagedTransaction::new(store.clone());
     stage(&mut tx, Kind::Snapshot, snapshot_row(3, 1, 3, 11)).await;
-    tx.stage_insert(fixed(Kind::FilePartitionValue), vec![partition_value(10, 1)])
-        .await
-        .unwrap();
+    tx.stage_insert(
+        fixed(Kind::FilePartitionValue),
+        vec![partition_value(10, 1)],
+    )
+    .await
+    .unwrap();
     stage(&mut tx, Kind::SnapshotChanges, changes_row(3, "x")).await;
     let err = tx.commit().await.unwrap_err();
     assert!(matches!(err, Error::Constraint(_)), "{err}");
     assert!(err.to_string().contains("does not insert"), "{err}");
     let mut check = StagedTransaction::new(store.clone());
-    let values = check.visible_rows(fixed(Kind::FilePartitionValue)).await.unwrap();
+    let values = check
+        .visible_rows(fixed(Kind::FilePartitionValue))
+        .await
+        .unwrap();
     assert_eq!(values.len(), 1, "nothing of the refused commit landed");
 }
 
@@ -56,7 +67,11 @@ async fn an_embedded_delete_from_a_parent_that_stays_live_is_refused() {
     assert!(err.to_string().contains("deleted together"), "{err}");
     let mut check = StagedTransaction::new(store.clone());
     assert_eq!(
-        check.visible_rows(fixed(Kind::FilePartitionValue)).await.unwrap().len(),
+        check
+            .visible_rows(fixed(Kind::FilePartitionValue))
+            .await
+            .unwrap()
+            .len(),
         1
     );
 }
@@ -86,6 +101,10 @@ async fn an_embedded_delete_rides_its_parents_delete_in_either_order() {
             .await
             .unwrap()
             .is_empty());
-        assert!(check.visible_rows(fixed(Kind::DataFile)).await.unwrap().is_empty());
+        assert!(check
+            .visible_rows(fixed(Kind::DataFile))
+            .await
+            .unwrap()
+            .is_empty());
     }
 }

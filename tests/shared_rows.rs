@@ -62,11 +62,31 @@ async fn shared_rows_match_the_store_after_every_kind_of_commit() {
     // Two tables, created in separate commits, interleaved files.
     for (snapshot, table) in [(1, 1), (2, 3)] {
         let mut tx = lake.tx();
-        stage(&mut tx, Kind::Snapshot, snapshot_row(snapshot, snapshot, table + 2, 0)).await;
-        stage(&mut tx, Kind::Table, table_row(table, snapshot, &format!("t{table}"))).await;
-        stage(&mut tx, Kind::Column, column_row(table + 1, snapshot, table, "x")).await;
+        stage(
+            &mut tx,
+            Kind::Snapshot,
+            snapshot_row(snapshot, snapshot, table + 2, 0),
+        )
+        .await;
+        stage(
+            &mut tx,
+            Kind::Table,
+            table_row(table, snapshot, &format!("t{table}")),
+        )
+        .await;
+        stage(
+            &mut tx,
+            Kind::Column,
+            column_row(table + 1, snapshot, table, "x"),
+        )
+        .await;
         stage(&mut tx, Kind::TableStats, stats_row(table, 0)).await;
-        stage(&mut tx, Kind::SnapshotChanges, changes_row(snapshot, "created_table")).await;
+        stage(
+            &mut tx,
+            Kind::SnapshotChanges,
+            changes_row(snapshot, "created_table"),
+        )
+        .await;
         tx.commit().await.unwrap();
         lake.check("create table").await;
     }
@@ -76,8 +96,18 @@ async fn shared_rows_match_the_store_after_every_kind_of_commit() {
         let mut tx = lake.tx();
         let (base, stats) = lake.scan(&mut tx, Kind::TableStats).await;
         let at = stats.iter().position(|r| r[0] == int(table)).unwrap();
-        stage(&mut tx, Kind::Snapshot, snapshot_row(snapshot, 2, 5, next_file + 1)).await;
-        stage(&mut tx, Kind::DataFile, data_file_row(next_file, table, snapshot)).await;
+        stage(
+            &mut tx,
+            Kind::Snapshot,
+            snapshot_row(snapshot, 2, 5, next_file + 1),
+        )
+        .await;
+        stage(
+            &mut tx,
+            Kind::DataFile,
+            data_file_row(next_file, table, snapshot),
+        )
+        .await;
         stage(
             &mut tx,
             Kind::FilePartitionValue,
@@ -92,7 +122,12 @@ async fn shared_rows_match_the_store_after_every_kind_of_commit() {
         )
         .await
         .unwrap();
-        stage(&mut tx, Kind::SnapshotChanges, changes_row(snapshot, "inserted")).await;
+        stage(
+            &mut tx,
+            Kind::SnapshotChanges,
+            changes_row(snapshot, "inserted"),
+        )
+        .await;
         tx.commit().await.unwrap();
         next_file += 1;
         lake.check("insert file").await;
@@ -102,10 +137,20 @@ async fn shared_rows_match_the_store_after_every_kind_of_commit() {
     let mut tx = lake.tx();
     let (base, files) = lake.scan(&mut tx, Kind::DataFile).await;
     let at = files.iter().position(|r| r[1] == int(1)).unwrap();
-    stage(&mut tx, Kind::Snapshot, snapshot_row(9, 2, 5, next_file + 1)).await;
-    tx.stage_update(fixed(Kind::DataFile), &[base + at as i64], &[3], vec![vec![int(9)]])
-        .await
-        .unwrap();
+    stage(
+        &mut tx,
+        Kind::Snapshot,
+        snapshot_row(9, 2, 5, next_file + 1),
+    )
+    .await;
+    tx.stage_update(
+        fixed(Kind::DataFile),
+        &[base + at as i64],
+        &[3],
+        vec![vec![int(9)]],
+    )
+    .await
+    .unwrap();
     stage(&mut tx, Kind::DataFile, data_file_row(next_file, 1, 9)).await;
     stage(&mut tx, Kind::SnapshotChanges, changes_row(9, "rewrite")).await;
     tx.commit().await.unwrap();
@@ -115,7 +160,9 @@ async fn shared_rows_match_the_store_after_every_kind_of_commit() {
     for snapshot in 10..14 {
         let mut tx = lake.tx();
         if snapshot == 10 {
-            tx.create_table(INLINED, inline_columns(), true).await.unwrap();
+            tx.create_table(INLINED, inline_columns(), true)
+                .await
+                .unwrap();
             tx.create_table(
                 "ducklake_inlined_delete_1",
                 moraine::inline::delete_columns(),
@@ -124,8 +171,15 @@ async fn shared_rows_match_the_store_after_every_kind_of_commit() {
             .await
             .unwrap();
         }
-        stage(&mut tx, Kind::Snapshot, snapshot_row(snapshot, 2, 5, next_file + 1)).await;
-        let rows = (0..3).map(|i| inline_row(snapshot * 10 + i, snapshot)).collect();
+        stage(
+            &mut tx,
+            Kind::Snapshot,
+            snapshot_row(snapshot, 2, 5, next_file + 1),
+        )
+        .await;
+        let rows = (0..3)
+            .map(|i| inline_row(snapshot * 10 + i, snapshot))
+            .collect();
         tx.stage_insert(TableRef::parse(INLINED).unwrap(), rows)
             .await
             .unwrap();
@@ -135,32 +189,57 @@ async fn shared_rows_match_the_store_after_every_kind_of_commit() {
         )
         .await
         .unwrap();
-        stage(&mut tx, Kind::SnapshotChanges, changes_row(snapshot, "inlined_insert:1")).await;
+        stage(
+            &mut tx,
+            Kind::SnapshotChanges,
+            changes_row(snapshot, "inlined_insert:1"),
+        )
+        .await;
         tx.commit().await.unwrap();
         lake.check("inline insert").await;
     }
     let inlined = TableRef::parse(INLINED).unwrap();
     let mut tx = lake.tx();
     let (base, rows) = tx.scan(inlined).await.unwrap();
-    stage(&mut tx, Kind::Snapshot, snapshot_row(14, 2, 5, next_file + 1)).await;
-    let ended: Vec<i64> = (0..rows.len()).filter(|i| i % 4 == 1).map(|i| base + i as i64).collect();
+    stage(
+        &mut tx,
+        Kind::Snapshot,
+        snapshot_row(14, 2, 5, next_file + 1),
+    )
+    .await;
+    let ended: Vec<i64> = (0..rows.len())
+        .filter(|i| i % 4 == 1)
+        .map(|i| base + i as i64)
+        .collect();
     let values = ended.iter().map(|_| vec![int(14)]).collect();
-    tx.stage_update(inlined, &ended, &[2], values).await.unwrap();
-    stage(&mut tx, Kind::SnapshotChanges, changes_row(14, "inlined_delete:1")).await;
+    tx.stage_update(inlined, &ended, &[2], values)
+        .await
+        .unwrap();
+    stage(
+        &mut tx,
+        Kind::SnapshotChanges,
+        changes_row(14, "inlined_delete:1"),
+    )
+    .await;
     tx.commit().await.unwrap();
     lake.check("inline end").await;
     // Flush-style delete of a row in the middle of a chunk.
     let mut tx = lake.tx();
     let (base, rows) = tx.scan(inlined).await.unwrap();
     let middle = rows.iter().position(|r| r[0] == int(111)).unwrap();
-    tx.stage_delete(inlined, &[base + middle as i64]).await.unwrap();
+    tx.stage_delete(inlined, &[base + middle as i64])
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     lake.check("inline partial delete").await;
 
     // Expiry: snapshots 1..=8 go, with their changes, the dead file and the
     // schedule it enters.
     let outcome = expire(&lake.store, &(1..9).collect::<Vec<_>>()).await;
-    assert!(matches!(outcome, moraine::staged::CommitOutcome::HeadPreserving(_)));
+    assert!(matches!(
+        outcome,
+        moraine::staged::CommitOutcome::HeadPreserving(_)
+    ));
     lake.check("expiry by another transaction").await;
     let mut tx = lake.tx();
     let named = |r: &Row| r[0].as_int().is_some_and(|s| s == 9 || s == 10);

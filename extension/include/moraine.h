@@ -63,6 +63,9 @@ void moraine_free_string(char *s);
 
 int32_t moraine_open(const char *uri, const char *const *option_names, const char *const *option_values,
                      size_t option_count, bool read_only, MoraineDb **db_out, char **err);
+// Opens the store of catalog schema `name` beside the one `db` was opened on, with the same options and access
+// mode; without `create`, a schema with no store is MORAINE_NOT_FOUND and nothing is created.
+int32_t moraine_open_schema(MoraineDb *db, const char *name, bool create, MoraineDb **db_out, char **err);
 void moraine_close(MoraineDb *db);
 bool moraine_db_is_read_only(MoraineDb *db);
 

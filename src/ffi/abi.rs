@@ -10,15 +10,45 @@ use crate::catalog::{self, Cell, Row, TableRef};
 use crate::error::{panic_text, Error, Result};
 use crate::staged::{AttachShared, StagedTransaction, TableInfo};
 use crate::store::{Store, StoreSettings, StoreUri};
+use std::collections::HashMap;
 use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-pub struct MoraineDb {
+/// One opened store and what its transactions share. Attaching the same
+/// location twice in one process (two DuckDB databases, or two lakes over one
+/// catalog) shares it: a second SlateDB writer would fence the first.
+pub struct Attached {
+    key: String,
+    uri: StoreUri,
+    settings: StoreSettings,
     store: Arc<Store>,
     /// Committed rows every transaction of this attach reads and carries
     /// forward, and the rows open ones have changed.
     shared: Arc<AttachShared>,
+}
+
+pub struct MoraineDb {
+    attached: Arc<Attached>,
+}
+
+impl std::ops::Deref for MoraineDb {
+    type Target = Attached;
+    fn deref(&self) -> &Attached {
+        &self.attached
+    }
+}
+
+/// The stores this process has open, by location and access mode.
+fn open_stores() -> &'static Mutex<HashMap<String, Weak<Attached>>> {
+    static OPEN: OnceLock<Mutex<HashMap<String, Weak<Attached>>>> = OnceLock::new();
+    OPEN.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn lock_open_stores() -> Result<std::sync::MutexGuard<'static, HashMap<String, Weak<Attached>>>> {
+    open_stores()
+        .lock()
+        .map_err(|_| Error::Internal("the open-store registry was poisoned by a panic".into()))
 }
 
 pub struct MoraineTxn {
@@ -195,14 +225,57 @@ pub extern "C" fn moraine_open(
             let (name, value) = unsafe { (*option_names.add(i), *option_values.add(i)) };
             settings.apply_option(text(name, "option name")?, text(value, "option value")?)?;
         }
-        let store = block_on(catalog::open_store(&uri, &settings))??;
-        out(
-            db_out,
-            MoraineDb {
-                store: Arc::new(store),
-                shared: Arc::default(),
-            },
-        )
+        out(db_out, attach(uri, settings)?)
+    })
+}
+
+/// Opens the store at `uri`, or shares the one this process has open there.
+fn attach(uri: StoreUri, settings: StoreSettings) -> Result<MoraineDb> {
+    let key = format!("{uri}\0{}", if settings.read_only { "r" } else { "w" });
+    // Held across the open, so two attaches of one location cannot both open it.
+    let mut open = lock_open_stores()?;
+    if let Some(attached) = open.get(&key).and_then(Weak::upgrade) {
+        return Ok(MoraineDb { attached });
+    }
+    let store = block_on(catalog::open_store(&uri, &settings))??;
+    let attached = Arc::new(Attached {
+        key: key.clone(),
+        uri,
+        settings,
+        store: Arc::new(store),
+        shared: Arc::default(),
+    });
+    open.insert(key, Arc::downgrade(&attached));
+    Ok(MoraineDb { attached })
+}
+
+/// Opens the store of catalog schema `name` beside the one `db` was opened
+/// on, with the same options and access mode (DuckLake's METADATA_SCHEMA:
+/// each schema is a lake of its own). Without `create`, a schema that has no
+/// store yet is `NotFound` and nothing is created.
+#[no_mangle]
+pub extern "C" fn moraine_open_schema(
+    db: *mut MoraineDb,
+    name: *const c_char,
+    create: bool,
+    db_out: *mut *mut MoraineDb,
+    err: *mut *mut c_char,
+) -> i32 {
+    guarded(err, || {
+        let base = handle(db, "database")?;
+        let name = text(name, "schema name")?;
+        if name.is_empty() {
+            return Err(Error::InvalidArgument("a schema needs a name".into()));
+        }
+        let uri = base.uri.with_schema(name);
+        let settings = base.settings.clone();
+        if (!create || settings.read_only) && !block_on(Store::exists(&uri, &settings))?? {
+            return Err(Error::NotFound(format!(
+                "schema \"{name}\" does not exist in the moraine catalog at {}",
+                base.uri
+            )));
+        }
+        out(db_out, attach(uri, settings)?)
     })
 }
 
@@ -214,7 +287,18 @@ pub extern "C" fn moraine_close(db: *mut MoraineDb) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: created by moraine_open, closed once.
         let db = unsafe { Box::from_raw(db) };
-        let _ = block_on(db.store.close());
+        // The last attach of a location closes its store.
+        let last = match lock_open_stores() {
+            Ok(mut open) if Arc::strong_count(&db.attached) == 1 => {
+                open.remove(&db.key);
+                true
+            }
+            Ok(_) => false,
+            Err(_) => true,
+        };
+        if last {
+            let _ = block_on(db.store.close());
+        }
     }));
 }
 
@@ -479,12 +563,12 @@ pub extern "C" fn moraine_scan_fill(
         // SAFETY: the shim passes buffers of at least `count` elements, or
         // null for kinds of cell the column does not hold.
         let valid = unsafe { std::slice::from_raw_parts_mut(valid, rows.len()) };
-        let mut ints = (!ints.is_null())
-            .then(|| unsafe { std::slice::from_raw_parts_mut(ints, rows.len()) });
-        let mut ptrs = (!ptrs.is_null())
-            .then(|| unsafe { std::slice::from_raw_parts_mut(ptrs, rows.len()) });
-        let mut lens = (!lens.is_null())
-            .then(|| unsafe { std::slice::from_raw_parts_mut(lens, rows.len()) });
+        let mut ints =
+            (!ints.is_null()).then(|| unsafe { std::slice::from_raw_parts_mut(ints, rows.len()) });
+        let mut ptrs =
+            (!ptrs.is_null()).then(|| unsafe { std::slice::from_raw_parts_mut(ptrs, rows.len()) });
+        let mut lens =
+            (!lens.is_null()).then(|| unsafe { std::slice::from_raw_parts_mut(lens, rows.len()) });
         for (i, row) in rows.iter().enumerate() {
             let (int, bytes): (Option<i64>, Option<&[u8]>) = match row.get(column) {
                 None | Some(Cell::Null) => (None, None),

@@ -342,26 +342,44 @@ mod tests {
     fn history_without_a_horizon_is_unbounded_even_after_a_manual_expiry() {
         // Oldest snapshot 1, not 0: an expiry ran once, and history grew again.
         assert_eq!(severities(&audit_of(40, 10, None)), [Severity::Unbounded]);
-        assert!(severities(&audit_of(1, 10, None)).is_empty(), "only the head is left");
+        assert!(
+            severities(&audit_of(1, 10, None)).is_empty(),
+            "only the head is left"
+        );
     }
 
     #[test]
     fn a_horizon_that_expiry_does_not_keep_is_unbounded() {
-        assert_eq!(severities(&audit_of(40, 8 * 86_400, Some("1 week"))), [Severity::Unbounded]);
-        assert!(severities(&audit_of(40, 86_400, Some("1 week"))).is_empty(), "within the horizon");
-        assert!(severities(&audit_of(1, 8 * 86_400, Some("1 week"))).is_empty(), "an old head never expires");
+        assert_eq!(
+            severities(&audit_of(40, 8 * 86_400, Some("1 week"))),
+            [Severity::Unbounded]
+        );
+        assert!(
+            severities(&audit_of(40, 86_400, Some("1 week"))).is_empty(),
+            "within the horizon"
+        );
+        assert!(
+            severities(&audit_of(1, 8 * 86_400, Some("1 week"))).is_empty(),
+            "an old head never expires"
+        );
     }
 
     #[test]
     fn reclaimable_bytes_and_a_cleanup_backlog_are_findings() {
         let mut a = audit_of(1, 0, Some("1 week"));
         a.logical.insert("current/x".into(), (1, 1_000));
-        a.physical.by_type.insert("sst".into(), (9, 4 * 1_000 + FIXED_OVERHEAD_BYTES + 1));
+        a.physical
+            .by_type
+            .insert("sst".into(), (9, 4 * 1_000 + FIXED_OVERHEAD_BYTES + 1));
         assert_eq!(severities(&a), [Severity::Reclaimable]);
         a.physical.by_type.insert("sst".into(), (9, 2_000));
         a.schedule_backlog = 3;
         a.oldest_schedule_age_seconds = Some(3 * 86_400);
-        assert_eq!(severities(&a), [Severity::Backlog], "past the default two-day horizon");
+        assert_eq!(
+            severities(&a),
+            [Severity::Backlog],
+            "past the default two-day horizon"
+        );
         a.delete_older_than = Some("1 week".into());
         assert!(severities(&a).is_empty());
     }

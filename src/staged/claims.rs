@@ -80,8 +80,13 @@ mod tests {
         claims.claim(a, table, &row, Change::Deletion).unwrap();
         let lost = claims.claim(b, table, &row, Change::Deletion).unwrap_err();
         assert!(matches!(lost, Error::Conflict(_)));
-        assert!(lost.to_string().contains("Conflict on tuple deletion"), "{lost}");
-        claims.claim(b, table, &vec![Cell::Int(2)], Change::Update).unwrap();
+        assert!(
+            lost.to_string().contains("Conflict on tuple deletion"),
+            "{lost}"
+        );
+        claims
+            .claim(b, table, &vec![Cell::Int(2)], Change::Update)
+            .unwrap();
         claims.release(a);
         claims.claim(b, table, &row, Change::Deletion).unwrap();
     }

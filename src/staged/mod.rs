@@ -140,8 +140,7 @@ impl StagedTransaction {
                             .await?
                             .into_iter()
                             .collect(),
-                        delete_tables: inline::committed_delete_tables(&self.store, &view)
-                            .await?,
+                        delete_tables: inline::committed_delete_tables(&self.store, &view).await?,
                     });
                     self.shared.rows.offer_inline_tables(head, &read);
                     read
@@ -487,9 +486,14 @@ impl StagedTransaction {
         let outcome = translate::commit(&self.store, premise, &self.ops).await;
         self.store.commits().record(&outcome);
         if let Err(e) = &outcome {
-            if !matches!(e, Error::Conflict(_) | Error::Constraint(_) | Error::NotFound(_)
-                | Error::InvalidArgument(_) | Error::Unsupported(_))
-            {
+            if !matches!(
+                e,
+                Error::Conflict(_)
+                    | Error::Constraint(_)
+                    | Error::NotFound(_)
+                    | Error::InvalidArgument(_)
+                    | Error::Unsupported(_)
+            ) {
                 // The batch may or may not have landed.
                 self.shared.rows.clear();
             }

@@ -244,10 +244,7 @@ mod tests {
             table: T,
             row: row(&[1]),
         }];
-        assert_eq!(
-            apply(T, &committed, &ops, None),
-            vec![row(&[1]), row(&[2])]
-        );
+        assert_eq!(apply(T, &committed, &ops, None), vec![row(&[1]), row(&[2])]);
     }
 
     #[test]

@@ -45,9 +45,7 @@ pub struct SharedRows {
 fn newer(candidate: Option<Head>, kept: Option<Option<Head>>) -> bool {
     match kept {
         None => true,
-        Some(kept) => {
-            candidate.map_or(0, |h| h.batch_count) > kept.map_or(0, |h| h.batch_count)
-        }
+        Some(kept) => candidate.map_or(0, |h| h.batch_count) > kept.map_or(0, |h| h.batch_count),
     }
 }
 
@@ -113,10 +111,12 @@ impl SharedRows {
                 return;
             }
             s.head = Some(Some(head));
-            if ops
-                .iter()
-                .any(|op| matches!(op, StagedOp::CreateTable { .. } | StagedOp::DropTable { .. }))
-            {
+            if ops.iter().any(|op| {
+                matches!(
+                    op,
+                    StagedOp::CreateTable { .. } | StagedOp::DropTable { .. }
+                )
+            }) {
                 s.inline = None;
             }
             let touched: Vec<TableRef> = s

@@ -191,9 +191,12 @@ pub async fn acquire(
     }
 }
 
+/// A lease this process holds: the store it is in and the store's root.
+type HeldLease = (Arc<dyn ObjectStore>, Path);
+
 /// Leases this process holds, released by the exit handler.
-fn held() -> &'static Mutex<Vec<(Arc<dyn ObjectStore>, Path)>> {
-    static HELD: OnceLock<Mutex<Vec<(Arc<dyn ObjectStore>, Path)>>> = OnceLock::new();
+fn held() -> &'static Mutex<Vec<HeldLease>> {
+    static HELD: OnceLock<Mutex<Vec<HeldLease>>> = OnceLock::new();
     HELD.get_or_init(|| Mutex::new(Vec::new()))
 }
 
@@ -279,16 +282,16 @@ async fn write(store: &Arc<dyn ObjectStore>, path: &Path, mode: PutMode) -> Resu
 /// over is theirs.
 pub async fn release(store: &Arc<dyn ObjectStore>, root: &Path) {
     if let Ok(mut held) = held().lock() {
-        let same = |s: &Arc<dyn ObjectStore>| {
-            std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(store))
-        };
+        let same = |s: &Arc<dyn ObjectStore>| std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(store));
         held.retain(|(s, r)| !(same(s) && r == root));
     }
     let path = lease_path(root);
     if let Ok(found) = store.get(&path).await {
         if let Ok(text) = found.bytes().await {
             let text = String::from_utf8_lossy(&text);
-            let holder = text.rsplit_once(" until ").and_then(|(h, _)| Holder::parse(h));
+            let holder = text
+                .rsplit_once(" until ")
+                .and_then(|(h, _)| Holder::parse(h));
             if holder.is_some_and(|h| h.instance != this_process().instance) {
                 return;
             }
@@ -394,7 +397,10 @@ mod tests {
         assert_eq!(Holder::parse(&me.render()).as_ref(), Some(me));
         let old = Holder::parse("pid 7 (abc)").unwrap();
         assert_eq!((old.pid, old.host.as_str()), (7, ""));
-        assert!(!old.is_gone_from_this_host(), "an unknown host is never judged");
+        assert!(
+            !old.is_gone_from_this_host(),
+            "an unknown host is never judged"
+        );
     }
 
     #[test]
@@ -405,7 +411,10 @@ mod tests {
             started: me.started + 1,
             ..me.clone()
         };
-        assert!(recycled.is_gone_from_this_host(), "a pid reused by a later process");
+        assert!(
+            recycled.is_gone_from_this_host(),
+            "a pid reused by a later process"
+        );
         let elsewhere = Holder {
             host: "another-host/0".into(),
             pid: u32::MAX,
@@ -432,7 +441,9 @@ mod tests {
         store
             .put(
                 &lease_path(&root),
-                format!("{} until {until}", dead.render()).into_bytes().into(),
+                format!("{} until {until}", dead.render())
+                    .into_bytes()
+                    .into(),
             )
             .await
             .unwrap();

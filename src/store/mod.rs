@@ -171,6 +171,17 @@ impl Store {
         })
     }
 
+    /// Whether a store exists at `uri`, without creating anything there.
+    pub async fn exists(uri: &StoreUri, settings: &StoreSettings) -> Result<bool> {
+        if let StoreUri::Local(dir) = uri {
+            if !dir.exists() {
+                return Ok(false);
+            }
+        }
+        let object_store = uri.object_store(&settings.s3)?;
+        check_location(uri, &object_store, &uri.root_path()).await
+    }
+
     pub fn commits(&self) -> &CommitCounters {
         &self.commits
     }

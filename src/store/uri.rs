@@ -131,6 +131,31 @@ impl StoreUri {
         }
     }
 
+    /// The store of schema `schema` beside this one: a catalog schema is a
+    /// lake of its own (DuckLake's `METADATA_SCHEMA`), with its own SlateDB
+    /// database under `schemas/<hex of the lower-case name>`, so any name a
+    /// schema can have makes a safe path.
+    pub fn with_schema(&self, schema: &str) -> StoreUri {
+        let hex: String = schema
+            .to_lowercase()
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let dir = format!("schemas/{hex}");
+        match self {
+            StoreUri::Local(path) => StoreUri::Local(path.join(dir)),
+            StoreUri::Memory(name) => StoreUri::Memory(format!("{name}/{dir}")),
+            StoreUri::S3 { bucket, prefix } => StoreUri::S3 {
+                bucket: bucket.clone(),
+                prefix: if prefix.is_empty() {
+                    dir
+                } else {
+                    format!("{prefix}/{dir}")
+                },
+            },
+        }
+    }
+
     pub fn is_local(&self) -> bool {
         matches!(self, StoreUri::Local(_))
     }
