@@ -79,3 +79,26 @@ def test_a_lake_in_main_and_one_in_a_schema_share_a_location(tmp):
     assert con.execute("SELECT x FROM plain.p").fetchall() == [(1,)]
     assert con.execute("SELECT x FROM l1.t").fetchall() == [(2,)]
     con.close()
+
+
+def test_metadata_catalog_with_unusual_quoting(tmp):
+    """METADATA_CATALOG names the metadata catalog DuckLake attaches; quotes and spaces in it work, and the
+    moraine functions take that name."""
+    harness.require_extension("moraine")
+    name = 'meta "odd" cat\'s'
+    con = harness.connect()
+    con.execute("ATTACH 'ducklake:moraine:%s/catalog' AS lake (METADATA_CATALOG '%s', DATA_PATH '%s/data/')"
+                % (tmp, name.replace("'", "''"), tmp))
+    con.execute("CREATE TABLE lake.t (x INTEGER)")
+    con.execute("INSERT INTO lake.t VALUES (1), (2)")
+    assert con.execute("SELECT sum(x) FROM lake.t").fetchone()[0] == 3
+    quoted = '"%s"' % name.replace('"', '""')
+    assert con.execute("SELECT count(*) FROM %s.main.ducklake_snapshot" % quoted).fetchone()[0] == 3
+    stats = dict(con.execute("SELECT name, value FROM moraine_stats(?)", [name]).fetchall())
+    assert stats["commits_landed"] >= 2, stats
+    con.close()
+    con = harness.connect()
+    con.execute("ATTACH 'ducklake:moraine:%s/catalog' AS again (METADATA_CATALOG '%s')"
+                % (tmp, name.replace("'", "''")))
+    assert con.execute("SELECT sum(x) FROM again.t").fetchone()[0] == 3
+    con.close()

@@ -95,6 +95,8 @@ async fn audit_flags_unbounded_history_until_expiry_is_configured() {
         "{:?}",
         report.findings
     );
+    // The test's snapshots are dated 2023: a one-week horizon that nothing
+    // enforces is still unbounded growth, with its own message.
     let mut tx = StagedTransaction::new(store.clone());
     tx.stage_insert(
         fixed(Kind::Metadata),
@@ -105,6 +107,31 @@ async fn audit_flags_unbounded_history_until_expiry_is_configured() {
     tx.commit().await.unwrap();
     let report = audit::audit(&store).await.unwrap();
     assert_eq!(report.expire_older_than.as_deref(), Some("1 week"));
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.severity == audit::Severity::Unbounded
+                && f.message.contains("configured and not running")),
+        "{:?}",
+        report.findings
+    );
+    let mut tx = StagedTransaction::new(store.clone());
+    let (base, rows) = tx.scan(fixed(Kind::Metadata)).await.unwrap();
+    let at = rows
+        .iter()
+        .position(|r| r[0] == text("expire_older_than"))
+        .unwrap();
+    tx.stage_update(
+        fixed(Kind::Metadata),
+        &[base + at as i64],
+        &[1],
+        vec![vec![text("10 years")]],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let report = audit::audit(&store).await.unwrap();
     assert!(
         report
             .findings

@@ -15,7 +15,8 @@ use crate::inline;
 use crate::store::keys::{self, Subspace};
 use crate::store::value::{decode_record, encode_record, Record};
 use crate::store::{Store, StoreTxn};
-use std::collections::{BTreeMap, BTreeSet};
+use bytes::Bytes;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// DuckDB's reserved field id for row ids; DuckLake may backfill file
 /// statistics for it without a snapshot.
@@ -41,7 +42,19 @@ struct Translator<'a> {
     /// Parents an embedded delete found live: each must be deleted by this
     /// commit too (RFC 0007: an embedded delete rides its parent's).
     orphaning: Vec<(Kind, Vec<u8>)>,
+    /// Whole key ranges read ahead for commits that touch many existing
+    /// records of one kind (an expiry deletes thousands): one scan instead of
+    /// a point read per record. A key under a prefix here that the map lacks
+    /// does not exist.
+    prefetched: Vec<(Vec<u8>, Prefetched)>,
 }
+
+/// The records found under one prefix read ahead, by key.
+type Prefetched = HashMap<Vec<u8>, Bytes>;
+
+/// How many existing records of one kind a commit must touch before the
+/// kind's whole range is read in one scan rather than key by key.
+const PREFETCH_THRESHOLD: usize = 64;
 
 /// A commit's records take ordinals `batch_count << ORDINAL_BITS` upward, so
 /// every record of a later commit sorts after every record of an earlier one.
@@ -77,7 +90,9 @@ pub async fn commit(
         next_ordinal: (head.map_or(0, |h| h.batch_count) + 1) << ORDINAL_BITS,
         inserted: BTreeSet::new(),
         orphaning: Vec::new(),
+        prefetched: Vec::new(),
     };
+    t.prefetch(ops).await?;
     for op in ops {
         t.apply(op).await.map_err(|e| with_context(e, op))?;
     }
@@ -148,11 +163,69 @@ pub fn is_maintenance(op: &StagedOp) -> bool {
 }
 
 impl Translator<'_> {
+    /// Reads ahead the key ranges of kinds whose existing records this
+    /// commit touches in bulk.
+    async fn prefetch(&mut self, ops: &[StagedOp]) -> Result<()> {
+        let mut per_kind: BTreeMap<Vec<u8>, usize> = BTreeMap::new();
+        for op in ops {
+            let (StagedOp::Delete {
+                table: TableRef::Fixed(kind),
+                row,
+            }
+            | StagedOp::Update {
+                table: TableRef::Fixed(kind),
+                old: row,
+                ..
+            }) = op
+            else {
+                continue;
+            };
+            if matches!(kind.def().lifecycle, Lifecycle::Embedded { .. }) {
+                continue;
+            }
+            let key = catalog::location(*kind, row)?;
+            // The subspace byte, and the kind tag where the subspace has one.
+            let width = if key.first() == Some(&(Subspace::Current as u8))
+                || key.first() == Some(&(Subspace::History as u8))
+            {
+                2
+            } else {
+                1
+            };
+            *per_kind
+                .entry(key[..width.min(key.len())].to_vec())
+                .or_default() += 1;
+        }
+        for (prefix, count) in per_kind {
+            if count < PREFETCH_THRESHOLD {
+                continue;
+            }
+            let found = self
+                .txn
+                .scan_prefix(&prefix)
+                .await?
+                .into_iter()
+                .map(|(k, v)| (k.to_vec(), v))
+                .collect();
+            self.prefetched.push((prefix, found));
+        }
+        Ok(())
+    }
+
+    async fn stored(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        for (prefix, found) in &self.prefetched {
+            if key.starts_with(prefix) {
+                return Ok(found.get(key).cloned());
+            }
+        }
+        self.txn.get(key).await
+    }
+
     async fn load(&mut self, key: &[u8], tag: u8) -> Result<Option<Record>> {
         if let Some(entry) = self.working.get(key) {
             return Ok(entry.as_ref().map(|(_, r)| r.clone()));
         }
-        match self.txn.get(key).await? {
+        match self.stored(key).await? {
             Some(bytes) => {
                 Ok(Some(decode_record(tag, &bytes).map_err(|e| {
                     Error::corruption(format!("key {key:02x?}: {e}"))
