@@ -79,7 +79,8 @@ SinkResultType MoraineWrite::Sink(ExecutionContext &context, DataChunk &chunk, O
 		for (idx_t c = 0; c < width; c++) {
 			cells.SetColumn(values.data[c], count, c, width, table.transfers[columns[c]]);
 		}
-		txn.Update(table.schema.Cast<MoraineSchemaEntry>(), table.name, RowIds(chunk.data[rowid_index], count), columns, cells.Data());
+		txn.Update(table.schema.Cast<MoraineSchemaEntry>(), table.name, RowIds(chunk.data[rowid_index], count), columns,
+		           cells.Data());
 		break;
 	}
 	}

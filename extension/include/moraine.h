@@ -96,8 +96,8 @@ size_t moraine_scan_row_count(MoraineScan *scan);
 // Fills rows [offset, offset + count) of one column: valid[i] is 1, or 0 for NULL; integers, booleans (0/1)
 // and timestamps go to ints[i], text and bytes to ptrs[i]/lens[i] (valid until the scan is freed). Buffers a
 // column never uses may be null. Returns the rows filled.
-size_t moraine_scan_fill(MoraineScan *scan, size_t column, size_t offset, size_t count, uint8_t *valid,
-                         int64_t *ints, const char **ptrs, size_t *lens);
+size_t moraine_scan_fill(MoraineScan *scan, size_t column, size_t offset, size_t count, uint8_t *valid, int64_t *ints,
+                         const char **ptrs, size_t *lens);
 void moraine_scan_free(MoraineScan *scan);
 
 int32_t moraine_txn_insert(MoraineTxn *txn, const char *name, size_t row_count, size_t column_count,
