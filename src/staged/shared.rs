@@ -41,6 +41,24 @@ pub struct SharedRows {
     state: Mutex<State>,
 }
 
+impl State {
+    /// Whether rows read at `head` may be kept: they are at the kept head,
+    /// or newer, which then replaces everything kept.
+    fn keeps(&mut self, head: Option<Head>) -> bool {
+        if self.head == Some(head) {
+            return true;
+        }
+        if !newer(head, self.head) {
+            return false;
+        }
+        *self = State {
+            head: Some(head),
+            ..State::default()
+        };
+        true
+    }
+}
+
 /// Whether a state at `candidate` is newer than one at `kept`.
 fn newer(candidate: Option<Head>, kept: Option<Option<Head>>) -> bool {
     match kept {
@@ -68,16 +86,9 @@ impl SharedRows {
     /// Keeps rows a transaction read from the store at `head`.
     pub fn offer(&self, head: Option<Head>, table: TableRef, rows: &Arc<Vec<Row>>) {
         self.with_state(|s| {
-            if s.head != Some(head) {
-                if !newer(head, s.head) {
-                    return;
-                }
-                *s = State {
-                    head: Some(head),
-                    ..State::default()
-                };
+            if s.keeps(head) {
+                s.tables.insert(table, rows.clone());
             }
-            s.tables.insert(table, rows.clone());
         });
     }
 
@@ -88,16 +99,9 @@ impl SharedRows {
 
     pub fn offer_inline_tables(&self, head: Option<Head>, tables: &Arc<InlineTables>) {
         self.with_state(|s| {
-            if s.head != Some(head) {
-                if !newer(head, s.head) {
-                    return;
-                }
-                *s = State {
-                    head: Some(head),
-                    ..State::default()
-                };
+            if s.keeps(head) {
+                s.inline = Some(tables.clone());
             }
-            s.inline = Some(tables.clone());
         });
     }
 

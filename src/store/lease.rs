@@ -216,8 +216,9 @@ fn release_at_exit(store: &Arc<dyn ObjectStore>, root: &Path) {
 }
 
 /// Runs when the process exits without closing its databases: removes
-/// every lease still held, each within a short deadline, on a runtime of
-/// its own (the process's runtime may be shutting down).
+/// every lease still held, within a short deadline. The exiting thread's
+/// thread-locals (tokio's context among them) may already be gone, so the
+/// work runs on a fresh thread with a runtime of its own.
 extern "C" fn release_all_at_exit() {
     let _ = std::panic::catch_unwind(|| {
         let leases = match held().lock() {
@@ -227,17 +228,29 @@ extern "C" fn release_all_at_exit() {
         if leases.is_empty() {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        else {
-            return;
-        };
-        runtime.block_on(async {
-            for (store, root) in leases {
-                let _ = tokio::time::timeout(Duration::from_secs(2), release(&store, &root)).await;
-            }
-        });
+        let (done, finished) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("moraine-lease-release".into())
+            .spawn(move || {
+                if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    runtime.block_on(async {
+                        for (store, root) in leases {
+                            let _ = tokio::time::timeout(
+                                Duration::from_secs(2),
+                                release(&store, &root),
+                            )
+                            .await;
+                        }
+                    });
+                }
+                let _ = done.send(());
+            });
+        if spawned.is_ok() {
+            let _ = finished.recv_timeout(Duration::from_secs(5));
+        }
     });
 }
 
