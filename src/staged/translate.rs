@@ -166,40 +166,29 @@ impl Translator<'_> {
     /// Reads ahead the key ranges of kinds whose existing records this
     /// commit touches in bulk.
     async fn prefetch(&mut self, ops: &[StagedOp]) -> Result<()> {
-        let mut per_kind: BTreeMap<Vec<u8>, usize> = BTreeMap::new();
+        let mut per_kind: BTreeMap<Kind, usize> = BTreeMap::new();
         for op in ops {
-            let (StagedOp::Delete {
+            if let StagedOp::Delete {
                 table: TableRef::Fixed(kind),
-                row,
+                ..
             }
             | StagedOp::Update {
                 table: TableRef::Fixed(kind),
-                old: row,
                 ..
-            }) = op
-            else {
-                continue;
-            };
-            if matches!(kind.def().lifecycle, Lifecycle::Embedded { .. }) {
-                continue;
-            }
-            let key = catalog::location(*kind, row)?;
-            // The subspace byte, and the kind tag where the subspace has one.
-            let width = if key.first() == Some(&(Subspace::Current as u8))
-                || key.first() == Some(&(Subspace::History as u8))
+            } = op
             {
-                2
-            } else {
-                1
-            };
-            *per_kind
-                .entry(key[..width.min(key.len())].to_vec())
-                .or_default() += 1;
-        }
-        for (prefix, count) in per_kind {
-            if count < PREFETCH_THRESHOLD {
-                continue;
+                if !matches!(kind.def().lifecycle, Lifecycle::Embedded { .. }) {
+                    *per_kind.entry(*kind).or_default() += 1;
+                }
             }
+        }
+        // Snapshots and their changes share one range: read it once.
+        let prefixes: BTreeSet<Vec<u8>> = per_kind
+            .into_iter()
+            .filter(|(_, count)| *count >= PREFETCH_THRESHOLD)
+            .flat_map(|(kind, _)| catalog::record_prefixes(kind))
+            .collect();
+        for prefix in prefixes {
             let found = self
                 .txn
                 .scan_prefix(&prefix)
