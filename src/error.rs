@@ -33,8 +33,11 @@ pub enum Error {
     /// The object store or SlateDB failed.
     #[error("moraine store error: {0}")]
     Store(String),
-    /// Another process opened the store read-write after this one.
-    #[error("fenced by a newer writer: this moraine store was opened read-write by another process; re-attach to continue")]
+    /// Another writer took the store over while this one still meant to
+    /// write: a writer paused past its turn, or an operator's takeover.
+    #[error("fenced by a newer writer: another process took this moraine store's writer turn while this one held it \
+             (paused or cut off past its turn, or force_takeover); nothing of this write was applied. Run the \
+             transaction again")]
     Fenced,
     /// A statement moraine does not translate.
     #[error("{0}")]

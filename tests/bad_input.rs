@@ -15,7 +15,8 @@ fn fresh_uri(name: &str) -> StoreUri {
 
 async fn put_raw(uri: &StoreUri, key: &[u8], value: &[u8]) {
     let store = Store::open(uri, &StoreSettings::default()).await.unwrap();
-    let txn = store.begin().unwrap();
+    let view = store.snapshot().await.unwrap();
+    let txn = store.begin(&view).unwrap();
     txn.put(key, value).unwrap();
     store.commit(txn).await.unwrap();
     store.close().await.unwrap();
@@ -23,7 +24,7 @@ async fn put_raw(uri: &StoreUri, key: &[u8], value: &[u8]) {
 
 async fn raw_get(uri: &StoreUri, key: &[u8]) -> Option<bytes::Bytes> {
     let store = Store::open(uri, &StoreSettings::default()).await.unwrap();
-    let view = store.snapshot().unwrap();
+    let view = store.snapshot().await.unwrap();
     let value = store.get(&view, key).await.unwrap();
     store.close().await.unwrap();
     value

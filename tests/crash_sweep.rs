@@ -242,7 +242,7 @@ fn settings(force_takeover: bool) -> StoreSettings {
 /// Every key and value in the store, as a reopened writer sees it, but
 /// reclaim's own progress marker.
 async fn contents(store: &Store) -> Vec<(Bytes, Bytes)> {
-    let view = store.snapshot().unwrap();
+    let view = store.snapshot().await.unwrap();
     let mut all = store.scan_prefix(&view, b"").await.unwrap();
     all.retain(|(key, _)| key.as_ref() != keys::SYS_RECLAIM);
     all

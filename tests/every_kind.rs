@@ -96,7 +96,11 @@ async fn a_newer_writer_fences_the_older_one_and_nothing_it_staged_lands() {
         .await
         .unwrap();
 
-    let newer = local_store(dir.path()).await;
+    // An operator's takeover: it does not wait for the turn.
+    let uri = moraine::store::StoreUri::parse(dir.path().to_str().unwrap()).unwrap();
+    let mut force = moraine::store::StoreSettings::default();
+    force.apply_option("force_takeover", "1").unwrap();
+    let newer = Arc::new(Store::open(&uri, &force).await.unwrap());
     let err = stale.commit().await.unwrap_err();
     assert!(matches!(err, Error::Fenced), "{err:?}");
     assert!(

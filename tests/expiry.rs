@@ -13,7 +13,7 @@ use std::sync::Arc;
 type StoreRef = Arc<moraine::store::Store>;
 
 async fn raw_keys(store: &StoreRef, subspace: Subspace, tag: Option<u8>) -> usize {
-    let view = store.snapshot().unwrap();
+    let view = store.snapshot().await.unwrap();
     store
         .scan_prefix(&view, &keys::prefix(subspace, tag))
         .await
@@ -135,7 +135,7 @@ async fn delete_inline(store: &StoreRef, selection: &[(i64, i64)]) -> Result<Com
 }
 
 async fn chunks(store: &StoreRef) -> Vec<(i64, i64, Vec<i64>)> {
-    let view = store.snapshot().unwrap();
+    let view = store.snapshot().await.unwrap();
     let mut out = Vec::new();
     for (key, value) in store
         .scan_prefix(&view, &moraine::inline::chunk_prefix(1, 1))
@@ -209,7 +209,8 @@ async fn inline_missing_version_fails_the_transaction() {
             row: inline_row(42, 1),
         },
     ];
-    let err = moraine::staged::translate::commit(&store, head, &ops)
+    let view = store.snapshot().await.unwrap();
+    let err = moraine::staged::translate::commit(&store, &view, head, &ops)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NotFound(_)), "{err}");

@@ -254,7 +254,7 @@ pub async fn open_store(uri: &StoreUri, settings: &StoreSettings) -> Result<Stor
 /// Refuses, at attach, a SlateDB database that is not a moraine catalog and
 /// one written by a newer layout, rather than failing at the first statement.
 pub async fn check_layout(store: &Store) -> Result<()> {
-    let view = store.snapshot()?;
+    let view = store.snapshot().await?;
     match store.get(&view, keys::SYS_FORMAT).await? {
         Some(format) => check_format(&format),
         None if store.is_empty(&view).await? => Ok(()),
@@ -366,7 +366,7 @@ async fn rows_under(
 /// The live catalog at head. Reads `current` and the head snapshot record
 /// only, so its cost follows the live catalog, not the length of history.
 pub async fn dump_head(store: &Store) -> Result<Dump> {
-    let view = store.snapshot()?;
+    let view = store.snapshot().await?;
     let head = read_head(store, &view)
         .await?
         .ok_or_else(|| Error::NotFound("the catalog is not initialised".into()))?;
@@ -404,7 +404,7 @@ pub async fn dump_head(store: &Store) -> Result<Dump> {
 /// The catalog at a retained snapshot: current rows with `begin <= at` and
 /// history rows with `begin <= at < end`.
 pub async fn dump_at(store: &Store, at: i64) -> Result<Dump> {
-    let view = store.snapshot()?;
+    let view = store.snapshot().await?;
     let head = read_head(store, &view)
         .await?
         .ok_or_else(|| Error::NotFound("the catalog is not initialised".into()))?;

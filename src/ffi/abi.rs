@@ -759,7 +759,8 @@ fn string_rows(
     out(rows_out, MoraineStrings { items })
 }
 
-/// Commit counters of this attach as rows of two strings: name, value.
+/// Commit, request and writer-turn counters of this attach as rows of two
+/// strings: name, value.
 #[no_mangle]
 pub extern "C" fn moraine_db_stats(
     db: *mut MoraineDb,
@@ -770,9 +771,11 @@ pub extern "C" fn moraine_db_stats(
         let db = handle(db, "database")?;
         let commits = db.store.commits().snapshot();
         let requests = db.store.requests().snapshot();
+        let turns = db.store.turn_counters().map(|c| c.snapshot());
         let cells = commits
             .into_iter()
             .chain(requests)
+            .chain(turns.into_iter().flatten())
             .flat_map(|(name, value)| [name.to_string(), value.to_string()]);
         string_rows(rows_out, cells)
     })

@@ -116,7 +116,7 @@ pub fn interval_seconds(text: &str) -> Option<i64> {
 }
 
 pub async fn audit(store: &Store) -> Result<Audit> {
-    let view = store.snapshot()?;
+    let view = store.snapshot().await?;
     let mut report = Audit {
         physical: physical_usage(store).await?,
         ..Audit::default()

@@ -79,16 +79,14 @@ async fn refresh(db: &slatedb::Db) -> Result<()> {
 }
 
 /// Writes the reclaim marker and flushes it into a fresh L0.
-async fn nudge(store: &Store, started: Instant) -> Result<()> {
-    store
-        .writer()?
-        .put(
+async fn nudge(db: &slatedb::Db, started: Instant) -> Result<()> {
+    db.put(
             crate::store::keys::SYS_RECLAIM,
             started.elapsed().as_millis().to_string().as_bytes(),
         )
         .await
         .map_err(|e| slate("writing the reclaim marker", e))?;
-    store.flush_to_l0().await
+    crate::store::flush_writer_to_l0(db).await
 }
 
 /// Submits every L0 and sorted run into the oldest run and waits (bounded)
@@ -141,8 +139,11 @@ async fn full_compaction(
 pub async fn reclaim(store: &Store, deadline: Duration) -> Result<ReclaimReport> {
     let started = Instant::now();
     let before = physical_usage(store).await?;
-    let db = store.writer()?;
-    store.flush_to_l0().await?;
+    // Holding the writer turn for the whole reclaim: its compactions and
+    // collection run beside this process's writer, not another's.
+    let pin = store.hold_writer().await?;
+    let db = pin.db();
+    crate::store::flush_writer_to_l0(db).await?;
     let admin =
         slatedb::admin::Admin::builder(store.root().clone(), store.object_store().clone()).build();
     // Two full compactions: the first folds everything into the last run and
@@ -155,7 +156,7 @@ pub async fn reclaim(store: &Store, deadline: Duration) -> Result<ReclaimReport>
     let mut pass = 0;
     while merged < 2 && pass < 3 {
         if pass > 0 {
-            nudge(store, started).await?;
+            nudge(db, started).await?;
         }
         if full_compaction(db, &admin, started, deadline).await? {
             merged += 1;
@@ -183,7 +184,7 @@ pub async fn reclaim(store: &Store, deadline: Duration) -> Result<ReclaimReport>
         // and merging it in again drops versions kept for a read that has
         // ended since the last merge (how soon the manifest records that
         // varies, so a fixed number of merges is not always enough).
-        nudge(store, started).await?;
+        nudge(db, started).await?;
         full_compaction(db, &admin, started, deadline).await?;
         tokio::time::sleep(Duration::from_millis(1100)).await;
         // Collect only what the writer's own view no longer references: its

@@ -130,7 +130,7 @@ impl StagedTransaction {
 
     async fn pin(&mut self) -> Result<&mut Pinned> {
         if self.pinned.is_none() {
-            let view = self.store.snapshot()?;
+            let view = self.store.snapshot().await?;
             let head = catalog::read_head(&self.store, &view).await?;
             let inline = match self.shared.rows.inline_tables(head) {
                 Some(kept) => kept,
@@ -413,7 +413,7 @@ impl StagedTransaction {
     }
 
     fn writable(&self) -> Result<()> {
-        self.store.writer().map(|_| ())
+        self.store.check_writable()
     }
 
     pub async fn stage_insert(&mut self, table: TableRef, rows: Vec<Row>) -> Result<()> {
@@ -483,7 +483,12 @@ impl StagedTransaction {
             return Ok(CommitOutcome::Empty);
         }
         let premise = self.premise().await?;
-        let outcome = translate::commit(&self.store, premise, &self.ops).await;
+        let view = &self
+            .pinned
+            .as_ref()
+            .ok_or_else(|| Error::Internal("read view missing at commit".into()))?
+            .view;
+        let outcome = translate::commit(&self.store, view, premise, &self.ops).await;
         self.store.commits().record(&outcome);
         if let Err(e) = &outcome {
             if !matches!(

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::inline;
 use crate::store::keys::{self, Subspace};
 use crate::store::value::{decode_record, encode_record, Record};
-use crate::store::{Store, StoreTxn};
+use crate::store::{ReadView, Store, StoreTxn};
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -64,10 +64,11 @@ const ORDINAL_BITS: u32 = 24;
 
 pub async fn commit(
     store: &Store,
+    view: &ReadView,
     premise: Option<Head>,
     ops: &[StagedOp],
 ) -> Result<CommitOutcome> {
-    let txn = store.begin()?;
+    let txn = store.begin(view)?;
     let head = match txn.get(keys::SYS_HEAD).await? {
         Some(bytes) => Some(Head::decode(&bytes)?),
         None => None,

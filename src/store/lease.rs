@@ -1,23 +1,26 @@
-//! The writer lease: a second read-write attach fails fast instead of
-//! fencing the first.
+//! The writer lease: the object `<root>/writer.lease` that says which
+//! process may write a store now, and until when.
 //!
-//! SlateDB fences by "newest opener wins", so two read-write processes would
-//! take turns killing each other. Before opening a writer, moraine reads
-//! `<root>/writer.lease`; a lease held by another live process that has not
-//! expired refuses the attach with a message that says how to read instead.
-//! A live writer renews its lease every third of the lease time, and removes
-//! it on close and when the process exits (an exit handler: DuckDB's CLI
-//! exits after a failed statement without closing its databases).
+//! SlateDB fences by "newest opener wins", so two processes that each open
+//! a writer would take turns killing each other's commits. The lease makes
+//! the order explicit. Two policies share it ([design 0010]):
+//! - *exclusive* (`META_EXCLUSIVE_WRITER 1`): the holder keeps the lease
+//!   while attached and a second read-write attach fails fast;
+//! - *turn* (the default): the lease is the writer turn of
+//!   [`super::turn`], short and handed over when another process asks.
 //!
 //! Takeover rule: a writer that crashed leaves its lease behind. When the
 //! lease names a process on this same host that no longer runs (or whose
 //! pid now belongs to a later process), a new writer takes over at once;
-//! a holder on another host must let the lease expire (`LEASE_SECONDS`), or
-//! the attach says `force_takeover 1`. Lease writes are conditional
-//! (If-None-Match / If-Match) where the store supports them, so of two
-//! processes attaching at the same moment one loses at once; on the local
-//! filesystem, which has no If-Match, they are not. Either way SlateDB's
+//! a holder on another host must let the lease expire, or the attach says
+//! `force_takeover 1`. Every way of taking the lease is a create-if-absent
+//! write, which the local filesystem supports as well as S3, so of two
+//! processes racing for one lease exactly one wins: an absent lease is
+//! created, and a stale one is first claimed through a takeover marker
+//! named after that very lease, which only one process can create. SlateDB's
 //! fencing stays the safety net: a fenced writer writes nothing.
+//!
+//! [design 0010]: ../../docs/design/0010-writer-turn.md
 
 use crate::error::{Error, Result};
 use object_store::path::Path;
@@ -25,12 +28,10 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub const LEASE_SECONDS: u64 = 30;
-
 /// Who holds a lease: enough to tell, on the same host, whether the
 /// holder still runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Holder {
+pub struct Holder {
     pid: u32,
     /// Distinguishes processes that reuse a pid and attaches within one.
     instance: String,
@@ -42,7 +43,7 @@ struct Holder {
 }
 
 impl Holder {
-    fn render(&self) -> String {
+    pub fn render(&self) -> String {
         format!(
             "pid {} ({}) on {} started {}",
             self.pid, self.instance, self.host, self.started
@@ -51,7 +52,7 @@ impl Holder {
 
     /// Reads `render`'s output; leases of older builds (no host) parse as
     /// a holder on an unknown host.
-    fn parse(text: &str) -> Option<Holder> {
+    pub fn parse(text: &str) -> Option<Holder> {
         let rest = text.strip_prefix("pid ")?;
         let (pid, rest) = rest.split_once(" (")?;
         let (instance, rest) = rest.split_once(')')?;
@@ -83,15 +84,16 @@ impl Holder {
     }
 }
 
-/// This process's identity in a lease: re-attaching in the same process is
-/// not a second writer.
+/// This process as a lease names it. Each writer of the process takes
+/// the lease under an instance of its own ([`Holder::new_instance`]), so
+/// two stores of one process that name one location are two writers.
 fn this_process() -> &'static Holder {
     static ME: OnceLock<Holder> = OnceLock::new();
     ME.get_or_init(|| {
         let pid = std::process::id();
         Holder {
             pid,
-            instance: uuid::Uuid::new_v4().to_string(),
+            instance: String::new(),
             host: host_identity(),
             started: process_start(pid).unwrap_or(0),
         }
@@ -139,60 +141,272 @@ pub fn lease_path(root: &Path) -> Path {
     root.clone().join(LEASE_FILE)
 }
 
-/// Takes the lease, or fails when another live writer holds it. Returns the
-/// version written, which renewals build on.
-pub async fn acquire(
+/// Where the turn's other objects live: asks and takeover markers.
+pub const TURN_DIR: &str = "turn";
+
+impl Holder {
+    /// A writer of this process, with an instance of its own.
+    pub fn new_instance() -> Holder {
+        Holder {
+            instance: uuid::Uuid::new_v4().to_string(),
+            ..this_process().clone()
+        }
+    }
+
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+}
+
+/// How long a lease lasts without renewal, by policy. An exclusive holder
+/// renews every third of it; a turn is short so that a holder that stopped
+/// (paused, partitioned, crashed on another host) holds up the others for
+/// seconds, not half a minute.
+pub const LEASE_SECONDS: u64 = 30;
+pub const TURN_SECONDS: u64 = 6;
+
+/// A lease as stored: `<holder> until <unix seconds> <policy>`.
+#[derive(Debug, Clone)]
+pub struct LeaseRecord {
+    /// The holder as written, for messages; `holder` is its parsed form.
+    pub holder_text: String,
+    pub holder: Option<Holder>,
+    pub until: u64,
+    pub exclusive: bool,
+}
+
+impl LeaseRecord {
+    fn render(holder: &Holder, exclusive: bool) -> String {
+        let (seconds, policy) = if exclusive {
+            (LEASE_SECONDS, "exclusive")
+        } else {
+            (TURN_SECONDS, "turn")
+        };
+        format!(
+            "{} until {} {policy}",
+            holder.render(),
+            now_seconds() + seconds
+        )
+    }
+
+    /// Reads `render`'s output. Leases of builds before the writer turn have
+    /// no policy and were always exclusive.
+    pub fn parse(text: &str) -> Option<LeaseRecord> {
+        let (holder_text, rest) = text.rsplit_once(" until ")?;
+        let mut words = rest.split_whitespace();
+        let until = words.next()?.parse().ok()?;
+        let exclusive = words.next() != Some("turn");
+        Some(LeaseRecord {
+            holder_text: holder_text.to_string(),
+            holder: Holder::parse(holder_text),
+            until,
+            exclusive,
+        })
+    }
+
+    pub fn is_held_by(&self, me: &Holder) -> bool {
+        self.holder.as_ref().is_some_and(|h| h.instance == me.instance)
+    }
+
+    /// Whether the holder may still write: not expired, and not a process of
+    /// this host that has ended.
+    pub fn is_live(&self) -> bool {
+        self.until > now_seconds()
+            && !self
+                .holder
+                .as_ref()
+                .is_some_and(Holder::is_gone_from_this_host)
+    }
+
+    pub fn seconds_left(&self) -> u64 {
+        self.until.saturating_sub(now_seconds())
+    }
+}
+
+/// What one attempt to take the lease found.
+#[derive(Debug)]
+pub enum Take {
+    /// This writer holds the lease now; renewals build on this version.
+    Taken(UpdateVersion),
+    /// Another live writer holds it, as a turn this writer may ask for.
+    Busy(LeaseRecord),
+}
+
+/// One attempt to take the lease for `me`. A live exclusive holder, or a
+/// live holder of any kind when `me` wants exclusivity, refuses at once.
+pub async fn try_take(
     store: &Arc<dyn ObjectStore>,
     root: &Path,
     uri: &str,
+    me: &Holder,
+    exclusive: bool,
     force: bool,
-) -> Result<UpdateVersion> {
+) -> Result<Take> {
     let path = lease_path(root);
-    let mode = match store.get(&path).await {
-        Ok(found) => {
-            let seen = UpdateVersion {
-                e_tag: found.meta.e_tag.clone(),
-                version: found.meta.version.clone(),
-            };
-            let text = found
-                .bytes()
-                .await
-                .map_err(|e| Error::store("reading the writer lease", e))?;
-            let text = String::from_utf8_lossy(&text);
-            if let Some((holder, expires)) = text.rsplit_once(" until ") {
-                let expires: u64 = expires.trim().parse().unwrap_or(0);
-                let parsed = Holder::parse(holder);
-                let mine = parsed
-                    .as_ref()
-                    .is_some_and(|h| h.instance == this_process().instance);
-                let gone = parsed.as_ref().is_some_and(Holder::is_gone_from_this_host);
-                if !force && !mine && !gone && expires > now_seconds() {
-                    return Err(in_use(
-                        uri,
-                        &format!(
-                            "{holder}, lease valid for {} more seconds",
-                            expires - now_seconds()
-                        ),
-                    ));
+    let found = match store.get(&path).await {
+        Ok(found) => found,
+        Err(object_store::Error::NotFound { .. }) => {
+            return match write(store, &path, me, exclusive, PutMode::Create).await {
+                Ok(version) => {
+                    release_at_exit(store, root, me);
+                    Ok(Take::Taken(version))
                 }
-            }
-            PutMode::Update(seen)
+                Err(Error::Conflict(_)) => match read(store, root).await? {
+                    Some(record) => Ok(Take::Busy(record)),
+                    // Taken and already handed back: try again.
+                    None => Box::pin(try_take(store, root, uri, me, exclusive, force)).await,
+                },
+                Err(e) => Err(e),
+            };
         }
-        Err(object_store::Error::NotFound { .. }) => PutMode::Create,
         Err(e) => return Err(Error::store("reading the writer lease", e)),
     };
-    match write(store, &path, mode).await {
-        Err(Error::Conflict(_)) => Err(in_use(uri, "it attached at this same moment")),
-        Ok(version) => {
-            release_at_exit(store, root);
-            Ok(version)
+    let seen = UpdateVersion {
+        e_tag: found.meta.e_tag.clone(),
+        version: found.meta.version.clone(),
+    };
+    let text = found
+        .bytes()
+        .await
+        .map_err(|e| Error::store("reading the writer lease", e))?;
+    let text = String::from_utf8_lossy(&text).to_string();
+    let record = LeaseRecord::parse(&text);
+    let mine = record.as_ref().is_some_and(|r| r.is_held_by(me));
+    if let Some(record) = record.as_ref().filter(|r| !mine && r.is_live() && !force) {
+        if record.exclusive || exclusive {
+            return Err(in_use(
+                uri,
+                &format!(
+                    "{}, lease valid for {} more seconds",
+                    record.holder_text,
+                    record.seconds_left()
+                ),
+            ));
         }
+        return Ok(Take::Busy(record.clone()));
+    }
+    // This writer's own lease, a stale one, or a forced takeover: claim this
+    // very lease first, so that of two processes replacing it one wins.
+    if !mine && !claim_takeover(store, root, &text).await? {
+        return match read(store, root).await? {
+            Some(record) if !record.is_held_by(me) => Ok(Take::Busy(record)),
+            _ => Box::pin(try_take(store, root, uri, me, exclusive, force)).await,
+        };
+    }
+    let written = match write(store, &path, me, exclusive, PutMode::Update(seen)).await {
+        // No If-Match here (the local filesystem): the claim above settled
+        // who replaces this lease.
+        Err(Error::Unsupported(_)) => store
+            .put(
+                &path,
+                PutPayload::from(LeaseRecord::render(me, exclusive).into_bytes()),
+            )
+            .await
+            .map(|put| UpdateVersion {
+                e_tag: put.e_tag,
+                version: put.version,
+            })
+            .map_err(|e| Error::store("writing the writer lease", e)),
+        other => other,
+    };
+    match written {
+        Ok(version) => {
+            release_at_exit(store, root, me);
+            Ok(Take::Taken(version))
+        }
+        Err(Error::Conflict(_)) => match read(store, root).await? {
+            Some(record) => Ok(Take::Busy(record)),
+            None => Box::pin(try_take(store, root, uri, me, exclusive, force)).await,
+        },
         Err(e) => Err(e),
     }
 }
 
-/// A lease this process holds: the store it is in and the store's root.
-type HeldLease = (Arc<dyn ObjectStore>, Path);
+/// Creates the marker that claims the replacement of one lease (named by a
+/// digest of its text): `false` when another process claimed it first.
+/// Markers are a few bytes each and are removed with the lease they replaced
+/// once the new holder releases.
+async fn claim_takeover(store: &Arc<dyn ObjectStore>, root: &Path, lease: &str) -> Result<bool> {
+    use std::hash::{Hash, Hasher};
+    let mut digest = std::collections::hash_map::DefaultHasher::new();
+    lease.hash(&mut digest);
+    let marker = root
+        .clone()
+        .join(TURN_DIR)
+        .join(format!("takeover-{:016x}", digest.finish()));
+    let put = store
+        .put_opts(
+            &marker,
+            PutPayload::from(lease.as_bytes().to_vec()),
+            PutOptions::from(PutMode::Create),
+        )
+        .await;
+    match put {
+        Ok(_) => Ok(true),
+        Err(object_store::Error::AlreadyExists { .. }) => {
+            // A claimer that died between its claim and its lease write
+            // would block every later takeover: its claim expires.
+            if let Ok(meta) = store.head(&marker).await {
+                let age = now_seconds() as i64 - meta.last_modified.timestamp();
+                if age > 2 * TURN_SECONDS as i64 {
+                    let _ = store.delete(&marker).await;
+                }
+            }
+            Ok(false)
+        }
+        Err(e) => Err(Error::store("claiming a stale writer lease", e)),
+    }
+}
+
+/// The lease as stored now, if any.
+pub async fn read(store: &Arc<dyn ObjectStore>, root: &Path) -> Result<Option<LeaseRecord>> {
+    match store.get(&lease_path(root)).await {
+        Ok(found) => {
+            let text = found
+                .bytes()
+                .await
+                .map_err(|e| Error::store("reading the writer lease", e))?;
+            Ok(LeaseRecord::parse(&String::from_utf8_lossy(&text)))
+        }
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(Error::store("reading the writer lease", e)),
+    }
+}
+
+/// Extends `me`'s lease. `Error::Conflict` means another writer took it:
+/// this writer must stop (SlateDB has fenced it, or will at its next write).
+pub async fn renew(
+    store: &Arc<dyn ObjectStore>,
+    root: &Path,
+    me: &Holder,
+    exclusive: bool,
+    last: &UpdateVersion,
+) -> Result<UpdateVersion> {
+    let path = lease_path(root);
+    match write(store, &path, me, exclusive, PutMode::Update(last.clone())).await {
+        Err(Error::Unsupported(_)) => {
+            // No If-Match here (the local filesystem): look before writing.
+            match read(store, root).await? {
+                Some(record) if record.is_held_by(me) => {}
+                _ => return Err(Error::Conflict("the writer lease was taken over".into())),
+            }
+            let body = PutPayload::from(LeaseRecord::render(me, exclusive).into_bytes());
+            let put = store
+                .put(&path, body)
+                .await
+                .map_err(|e| Error::store("renewing the writer lease", e))?;
+            Ok(UpdateVersion {
+                e_tag: put.e_tag,
+                version: put.version,
+            })
+        }
+        other => other,
+    }
+}
+
+/// A lease this process holds: the store it is in, the store's root, and
+/// the writer holding it.
+type HeldLease = (Arc<dyn ObjectStore>, Path, Holder);
 
 /// Leases this process holds, released by the exit handler.
 fn held() -> &'static Mutex<Vec<HeldLease>> {
@@ -204,14 +418,16 @@ extern "C" {
     fn atexit(callback: extern "C" fn()) -> i32;
 }
 
-fn release_at_exit(store: &Arc<dyn ObjectStore>, root: &Path) {
+fn release_at_exit(store: &Arc<dyn ObjectStore>, root: &Path, me: &Holder) {
     static REGISTERED: OnceLock<()> = OnceLock::new();
     REGISTERED.get_or_init(|| {
         // SAFETY: registers a plain function with the C runtime; it never unwinds.
         unsafe { atexit(release_all_at_exit) };
     });
     if let Ok(mut held) = held().lock() {
-        held.push((store.clone(), root.clone()));
+        if !held.iter().any(|(_, r, h)| r == root && h == me) {
+            held.push((store.clone(), root.clone(), me.clone()));
+        }
     }
 }
 
@@ -237,10 +453,10 @@ extern "C" fn release_all_at_exit() {
                     .build()
                 {
                     runtime.block_on(async {
-                        for (store, root) in leases {
+                        for (store, root, me) in leases {
                             let _ = tokio::time::timeout(
                                 Duration::from_secs(2),
-                                release(&store, &root),
+                                release(&store, &root, &me),
                             )
                             .await;
                         }
@@ -254,36 +470,35 @@ extern "C" fn release_all_at_exit() {
     });
 }
 
-fn in_use(uri: &str, holder: &str) -> Error {
+pub fn in_use(uri: &str, holder: &str) -> Error {
     Error::InvalidArgument(format!(
         "moraine store {uri} is in use by another writer ({holder}); attach it with READ_ONLY to read, \
          or wait for the writer to detach. After a crash the lease expires within {LEASE_SECONDS} s; the \
-         attach option force_takeover 1 takes over at once"
+         attach option force_takeover 1 takes over at once. A writer attached with exclusive_writer 1 \
+         shares the store with no other writer"
     ))
 }
 
-/// Writes this process's lease, conditionally where the store can: a lease
-/// that changed since it was read means another writer moved first
-/// (`Error::Conflict`). The local filesystem has no If-Match, so there the
-/// write is unconditional and SlateDB's fencing settles a race.
-async fn write(store: &Arc<dyn ObjectStore>, path: &Path, mode: PutMode) -> Result<UpdateVersion> {
-    let body = || {
-        let text = format!(
-            "{} until {}",
-            this_process().render(),
-            now_seconds() + LEASE_SECONDS
-        );
-        PutPayload::from(text.into_bytes())
-    };
-    let written = match store.put_opts(path, body(), PutOptions::from(mode)).await {
-        Err(object_store::Error::NotImplemented { .. }) => store.put(path, body()).await,
-        other => other,
-    };
-    match written {
+/// Writes `me`'s lease with the given precondition. A lease that changed
+/// since it was read means another writer moved first (`Error::Conflict`);
+/// a store without If-Match says `Error::Unsupported` for an update.
+async fn write(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    me: &Holder,
+    exclusive: bool,
+    mode: PutMode,
+) -> Result<UpdateVersion> {
+    let body = PutPayload::from(LeaseRecord::render(me, exclusive).into_bytes());
+    let update = matches!(mode, PutMode::Update(_));
+    match store.put_opts(path, body, PutOptions::from(mode)).await {
         Ok(result) => Ok(UpdateVersion {
             e_tag: result.e_tag,
             version: result.version,
         }),
+        Err(object_store::Error::NotImplemented { .. }) if update => Err(Error::Unsupported(
+            "this object store has no conditional update".into(),
+        )),
         Err(
             object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. },
         ) => Err(Error::Conflict("the writer lease changed".into())),
@@ -291,190 +506,33 @@ async fn write(store: &Arc<dyn ObjectStore>, path: &Path, mode: PutMode) -> Resu
     }
 }
 
-/// Removes the lease if this process holds it: a lease another writer took
-/// over is theirs.
-pub async fn release(store: &Arc<dyn ObjectStore>, root: &Path) {
+/// Removes the lease if `me` holds it (a lease another writer took over is
+/// theirs), with the takeover markers it leaves behind.
+pub async fn release(store: &Arc<dyn ObjectStore>, root: &Path, me: &Holder) {
     if let Ok(mut held) = held().lock() {
-        let same = |s: &Arc<dyn ObjectStore>| std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(store));
-        held.retain(|(s, r)| !(same(s) && r == root));
+        held.retain(|(_, r, h)| !(r == root && h == me));
     }
-    let path = lease_path(root);
-    if let Ok(found) = store.get(&path).await {
-        if let Ok(text) = found.bytes().await {
-            let text = String::from_utf8_lossy(&text);
-            let holder = text
-                .rsplit_once(" until ")
-                .and_then(|(h, _)| Holder::parse(h));
-            if holder.is_some_and(|h| h.instance != this_process().instance) {
-                return;
-            }
-        }
+    match read(store, root).await {
+        Ok(Some(record)) if record.is_held_by(me) => {}
+        _ => return,
     }
-    let _ = store.delete(&path).await;
+    let _ = store.delete(&lease_path(root)).await;
+    sweep_takeover_markers(store, root).await;
 }
 
-/// Renews the lease until the returned handle is aborted, or until another
-/// writer has taken it over (then fencing ends this writer's commits).
-pub fn keep_alive(
-    store: Arc<dyn ObjectStore>,
-    root: Path,
-    written: UpdateVersion,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let path = lease_path(&root);
-        let mut last = written;
-        loop {
-            tokio::time::sleep(Duration::from_secs(LEASE_SECONDS / 3)).await;
-            match write(&store, &path, PutMode::Update(last.clone())).await {
-                Ok(version) => last = version,
-                Err(Error::Conflict(_)) => return,
-                // A failed renewal is retried at the next tick.
-                Err(_) => {}
-            }
-        }
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use object_store::memory::InMemory;
-
-    fn memory() -> Arc<dyn ObjectStore> {
-        Arc::new(InMemory::new())
-    }
-
-    #[tokio::test]
-    async fn a_live_lease_of_another_process_refuses_the_attach() {
-        let store = memory();
-        let root = Path::from("catalog");
-        let until = now_seconds() + 20;
-        store
-            .put(
-                &lease_path(&root),
-                format!("pid 1 (x) until {until}").into_bytes().into(),
-            )
-            .await
-            .unwrap();
-        let err = acquire(&store, &root, "memory://t", false)
-            .await
-            .unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("in use by another writer (pid 1 (x)"),
-            "{err}"
-        );
-        assert!(acquire(&store, &root, "memory://t", true).await.is_ok());
-    }
-
-    #[tokio::test]
-    async fn a_lease_written_between_read_and_write_loses_the_race() {
-        let store = memory();
-        let root = Path::from("catalog");
-        let path = lease_path(&root);
-        // Both saw no lease; the other process wrote first.
-        store.put(&path, "pid 2 (y) until 0".into()).await.unwrap();
-        let lost = write(&store, &path, PutMode::Create).await;
-        assert!(matches!(lost, Err(Error::Conflict(_))), "{lost:?}");
-        // A renewal on a version someone else replaced also loses.
-        let stale = UpdateVersion {
-            e_tag: Some("stale".into()),
-            version: None,
-        };
-        let lost = write(&store, &path, PutMode::Update(stale)).await;
-        assert!(matches!(lost, Err(Error::Conflict(_))), "{lost:?}");
-    }
-
-    #[tokio::test]
-    async fn an_expired_lease_is_taken_over() {
-        let store = memory();
-        let root = Path::from("catalog");
-        store
-            .put(&lease_path(&root), "pid 3 (z) until 1".into())
-            .await
-            .unwrap();
-        acquire(&store, &root, "memory://t", false).await.unwrap();
-        let text = store
-            .get(&lease_path(&root))
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
-        assert!(String::from_utf8_lossy(&text).starts_with(&this_process().render()));
-    }
-
-    #[test]
-    fn a_holder_round_trips_and_old_leases_parse() {
-        let me = this_process();
-        assert_eq!(Holder::parse(&me.render()).as_ref(), Some(me));
-        let old = Holder::parse("pid 7 (abc)").unwrap();
-        assert_eq!((old.pid, old.host.as_str()), (7, ""));
-        assert!(
-            !old.is_gone_from_this_host(),
-            "an unknown host is never judged"
-        );
-    }
-
-    #[test]
-    fn only_a_holder_of_this_host_that_no_longer_runs_is_gone() {
-        let me = this_process().clone();
-        assert!(!me.is_gone_from_this_host(), "this process runs");
-        let recycled = Holder {
-            started: me.started + 1,
-            ..me.clone()
-        };
-        assert!(
-            recycled.is_gone_from_this_host(),
-            "a pid reused by a later process"
-        );
-        let elsewhere = Holder {
-            host: "another-host/0".into(),
-            pid: u32::MAX,
-            ..me.clone()
-        };
-        assert!(!elsewhere.is_gone_from_this_host());
-        let ended = Holder {
-            pid: u32::MAX - 1,
-            ..me
-        };
-        assert!(ended.is_gone_from_this_host(), "no such process");
-    }
-
-    #[tokio::test]
-    async fn a_dead_holder_on_this_host_is_taken_over_at_once() {
-        let store = memory();
-        let root = Path::from("catalog");
-        let dead = Holder {
-            pid: u32::MAX - 1,
-            instance: "dead".into(),
-            ..this_process().clone()
-        };
-        let until = now_seconds() + 25;
-        store
-            .put(
-                &lease_path(&root),
-                format!("{} until {until}", dead.render())
-                    .into_bytes()
-                    .into(),
-            )
-            .await
-            .unwrap();
-        acquire(&store, &root, "memory://t", false).await.unwrap();
-        release(&store, &root).await;
-        assert!(store.get(&lease_path(&root)).await.is_err(), "released");
-    }
-
-    #[tokio::test]
-    async fn release_leaves_a_lease_another_writer_took_over() {
-        let store = memory();
-        let root = Path::from("catalog");
-        acquire(&store, &root, "memory://t", false).await.unwrap();
-        store
-            .put(&lease_path(&root), "pid 1 (other) until 1".into())
-            .await
-            .unwrap();
-        release(&store, &root).await;
-        assert!(store.get(&lease_path(&root)).await.is_ok());
+async fn sweep_takeover_markers(store: &Arc<dyn ObjectStore>, root: &Path) {
+    use futures_util::StreamExt;
+    let dir = root.clone().join(TURN_DIR);
+    let markers: Vec<Path> = store
+        .list(Some(&dir))
+        .filter_map(|meta| async move { meta.ok().map(|m| m.location) })
+        .filter(|p| {
+            let is_marker = p.filename().is_some_and(|n| n.starts_with("takeover-"));
+            async move { is_marker }
+        })
+        .collect()
+        .await;
+    for marker in markers {
+        let _ = store.delete(&marker).await;
     }
 }

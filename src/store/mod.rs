@@ -7,6 +7,7 @@ pub mod counted;
 pub mod keys;
 pub mod lease;
 pub mod settings;
+pub mod turn;
 pub mod uri;
 pub mod value;
 
@@ -39,7 +40,9 @@ fn bulk_scan() -> ScanOptions {
 }
 
 enum Handle {
-    Writer(Db),
+    /// A read-write attach: SlateDB's writer, open while this process holds
+    /// the writer turn.
+    Writer(Arc<turn::WriterTurn>),
     Reader(Box<DbReader>),
 }
 
@@ -57,8 +60,6 @@ pub struct Store {
     requests: Arc<counted::RequestCounts>,
     /// Commits since the memtable last went to an L0 SST.
     unflushed_commits: AtomicU64,
-    /// Renews the writer lease while a writer is open.
-    lease: Option<tokio::task::JoinHandle<()>>,
 }
 
 pub type KeyValues = Vec<(Bytes, Bytes)>;
@@ -107,7 +108,7 @@ impl Store {
         let root = uri.root_path();
         let (object_store, requests) = counted::Counted::wrap(object_store);
         let existing = check_location(uri, &object_store, &root).await?;
-        let (handle, lease) = if settings.read_only {
+        let handle = if settings.read_only {
             if !existing {
                 return Err(Error::NotFound(format!(
                     "no moraine store at {uri}: a READ_ONLY attach opens an existing store and cannot create one. \
@@ -120,47 +121,34 @@ impl Store {
                 .build()
                 .await
                 .map_err(|e| slate(&format!("opening {uri} read-only"), e))?;
-            (Handle::Reader(Box::new(reader)), None)
+            Handle::Reader(Box::new(reader))
         } else {
-            let lease_version = lease::acquire(
-                &object_store,
-                &root,
-                &uri.to_string(),
-                settings.force_takeover,
-            )
-            .await?;
-            let context = format!("opening {uri}");
-            // SlateDB panics on some damaged manifests; that is an error here.
-            let opened = AssertUnwindSafe(
-                Db::builder(root.clone(), object_store.clone())
-                    .with_settings(settings.slatedb_settings(uri))
-                    // A cold attach reads whole tables: larger blocks mean
-                    // fewer GETs per table (on S3 a request costs more than
-                    // its bytes), and a catalog is small.
-                    .with_sst_block_size(SstBlockSize::Block64Kib)
-                    .build(),
-            )
-            .catch_unwind()
-            .await
-            .map_err(|panic| {
-                Error::Corruption(format!(
-                    "{context}: SlateDB could not decode the store ({}); an object of the store is damaged",
-                    panic_text(&*panic)
-                ))
-            })
-            .and_then(|built| built.map_err(|e| slate(&context, e)));
-            match opened {
-                Ok(db) => {
-                    let renewal =
-                        lease::keep_alive(object_store.clone(), root.clone(), lease_version);
-                    (Handle::Writer(db), Some(renewal))
-                }
-                Err(e) => {
-                    // A store that cannot open must not stay locked.
-                    lease::release(&object_store, &root).await;
-                    return Err(e);
-                }
-            }
+            let open_writer: turn::OpenWriter = {
+                let (root, object_store) = (root.clone(), object_store.clone());
+                let (uri, settings) = (uri.clone(), settings.clone());
+                Box::new(move || {
+                    let (root, object_store) = (root.clone(), object_store.clone());
+                    let (uri, settings) = (uri.clone(), settings.clone());
+                    Box::pin(async move { open_writer(root, object_store, &uri, &settings).await })
+                })
+            };
+            let policy = turn::TurnPolicy {
+                exclusive: settings.exclusive_writer,
+                force_takeover: settings.force_takeover,
+                wait: settings.turn_wait,
+            };
+            let writer = turn::WriterTurn::new(
+                object_store.clone(),
+                root.clone(),
+                uri.to_string(),
+                policy,
+                !matches!(uri, StoreUri::S3 { .. }),
+                open_writer,
+            );
+            // Take the turn now: an exclusive writer keeps it from here on,
+            // and an attach that cannot write fails at ATTACH.
+            drop(writer.pin().await?);
+            Handle::Writer(writer)
         };
         Ok(Store {
             handle,
@@ -171,7 +159,6 @@ impl Store {
             commits: CommitCounters::default(),
             requests,
             unflushed_commits: AtomicU64::new(0),
-            lease,
         })
     }
 
@@ -215,21 +202,50 @@ impl Store {
         matches!(self.handle, Handle::Reader(_))
     }
 
-    pub fn writer(&self) -> Result<&Db> {
+    fn writer_turn(&self) -> Result<&Arc<turn::WriterTurn>> {
         match &self.handle {
-            Handle::Writer(db) => Ok(db),
+            Handle::Writer(turn) => Ok(turn),
             Handle::Reader(_) => Err(Error::InvalidArgument(
                 "this moraine catalog is attached READ_ONLY; writes are refused".into(),
             )),
         }
     }
 
-    /// A consistent read view: every read through it sees one point in time.
-    pub fn snapshot(&self) -> Result<ReadView> {
+    /// Refuses writes on a READ_ONLY attach.
+    pub fn check_writable(&self) -> Result<()> {
+        self.writer_turn().map(|_| ())
+    }
+
+    /// Holds the writer turn and returns SlateDB's writer, for work outside a
+    /// transaction (reclaim, flushes). The turn stays with this process
+    /// while the pin lives.
+    pub async fn hold_writer(&self) -> Result<turn::TurnPin> {
+        self.writer_turn()?.pin().await
+    }
+
+    /// The writer turn's counters, on a read-write attach.
+    pub fn turn_counters(&self) -> Option<&turn::TurnCounters> {
         match &self.handle {
-            Handle::Writer(db) => Ok(ReadView::Snapshot(
-                db.snapshot().map_err(|e| slate("taking a snapshot", e))?,
-            )),
+            Handle::Writer(turn) => Some(turn.counters()),
+            Handle::Reader(_) => None,
+        }
+    }
+
+    /// A consistent read view: every read through it sees one point in time.
+    /// On a read-write attach it holds the writer turn until dropped.
+    pub async fn snapshot(&self) -> Result<ReadView> {
+        match &self.handle {
+            Handle::Writer(turn) => {
+                let pin = turn.pin().await?;
+                let snapshot = pin
+                    .db()
+                    .snapshot()
+                    .map_err(|e| slate("taking a snapshot", e))?;
+                Ok(ReadView::Snapshot {
+                    snapshot,
+                    pin: Arc::new(pin),
+                })
+            }
             Handle::Reader(_) => Ok(ReadView::Reader),
         }
     }
@@ -238,11 +254,11 @@ impl Store {
         let ctx = || format!("reading key {key:02x?}");
         self.keys_read.fetch_add(1, Ordering::Relaxed);
         match (view, &self.handle) {
-            (ReadView::Snapshot(s), _) => s.get(key).await.map_err(|e| slate(&ctx(), e)),
-            (ReadView::Reader, Handle::Reader(r)) => r.get(key).await.map_err(|e| slate(&ctx(), e)),
-            (ReadView::Reader, Handle::Writer(db)) => {
-                db.get(key).await.map_err(|e| slate(&ctx(), e))
+            (ReadView::Snapshot { snapshot, .. }, _) => {
+                snapshot.get(key).await.map_err(|e| slate(&ctx(), e))
             }
+            (ReadView::Reader, Handle::Reader(r)) => r.get(key).await.map_err(|e| slate(&ctx(), e)),
+            (ReadView::Reader, Handle::Writer(_)) => Err(reader_view_on_writer()),
         }
     }
 
@@ -272,42 +288,58 @@ impl Store {
         ctx: &str,
     ) -> Result<DbIterator> {
         match (view, &self.handle) {
-            (ReadView::Snapshot(s), _) => s.scan_prefix_with_options(prefix, .., options).await,
+            (ReadView::Snapshot { snapshot, .. }, _) => {
+                snapshot.scan_prefix_with_options(prefix, .., options).await
+            }
             (ReadView::Reader, Handle::Reader(r)) => {
                 r.scan_prefix_with_options(prefix, .., options).await
             }
-            (ReadView::Reader, Handle::Writer(db)) => {
-                db.scan_prefix_with_options(prefix, .., options).await
-            }
+            (ReadView::Reader, Handle::Writer(_)) => return Err(reader_view_on_writer()),
         }
         .map_err(|e| slate(ctx, e))
     }
 
-    /// Starts a write transaction. Its reads see its own writes.
-    pub fn begin(&self) -> Result<StoreTxn> {
-        let tx = self
-            .writer()?
+    /// Starts a write transaction on the writer that `view` pinned. Its
+    /// reads see its own writes.
+    pub fn begin(&self, view: &ReadView) -> Result<StoreTxn> {
+        self.check_writable()?;
+        let ReadView::Snapshot { pin, .. } = view else {
+            return Err(reader_view_on_writer());
+        };
+        let tx = pin
+            .db()
             .begin(IsolationLevel::Snapshot)
             .map_err(|e| slate("beginning a transaction", e))?;
-        Ok(StoreTxn { tx })
+        Ok(StoreTxn {
+            tx,
+            pin: pin.clone(),
+        })
     }
 
     /// Commits and waits until the batch is durable in object storage, so an
     /// acknowledged commit survives a crash.
     pub async fn commit(&self, txn: StoreTxn) -> Result<()> {
-        let db = self.writer()?;
-        let handle = txn.tx.commit().await.map_err(|e| slate("committing", e))?;
-        if let Some(handle) = handle {
-            db.flush()
-                .await
-                .map_err(|e| slate("flushing the commit", e))?;
-            handle
-                .await_durable()
-                .await
-                .map_err(|e| slate("awaiting durability", e))?;
-            self.flush_memtable_now_and_then(db);
+        let StoreTxn { tx, pin } = txn;
+        let db = pin.db();
+        let landed = async {
+            let handle = tx.commit().await.map_err(|e| slate("committing", e))?;
+            if let Some(handle) = handle {
+                db.flush()
+                    .await
+                    .map_err(|e| slate("flushing the commit", e))?;
+                handle
+                    .await_durable()
+                    .await
+                    .map_err(|e| slate("awaiting durability", e))?;
+                self.flush_memtable_now_and_then(db);
+            }
+            Ok(())
         }
-        Ok(())
+        .await;
+        if matches!(landed, Err(Error::Fenced)) {
+            pin.fenced().await;
+        }
+        landed
     }
 
     /// Moves the memtable into an L0 SST every `MEMTABLE_FLUSH_COMMITS`
@@ -334,28 +366,58 @@ impl Store {
     /// Writes everything pending into a new L0 SST and the manifest, so it
     /// no longer depends on the WAL.
     pub async fn flush_to_l0(&self) -> Result<()> {
-        let db = self.writer()?;
-        db.flush().await.map_err(|e| slate("flushing the WAL", e))?;
-        db.flush_with_options(FlushOptions {
-            flush_type: FlushType::MemTable,
-        })
-        .await
-        .map_err(|e| slate("flushing the memtable", e))
+        flush_writer_to_l0(self.hold_writer().await?.db()).await
     }
 
     pub async fn close(&self) -> Result<()> {
         match &self.handle {
-            Handle::Writer(db) => {
-                let closed = db.close().await.map_err(|e| slate("closing", e));
-                if let Some(renewal) = &self.lease {
-                    renewal.abort();
-                }
-                lease::release(&self.object_store, &self.root).await;
-                closed
-            }
+            Handle::Writer(turn) => turn.close().await,
             Handle::Reader(r) => r.close().await.map_err(|e| slate("closing", e)),
         }
     }
+}
+
+/// [`Store::flush_to_l0`] for a caller that already holds the writer turn.
+pub async fn flush_writer_to_l0(db: &Db) -> Result<()> {
+    db.flush().await.map_err(|e| slate("flushing the WAL", e))?;
+    db.flush_with_options(FlushOptions {
+        flush_type: FlushType::MemTable,
+    })
+    .await
+    .map_err(|e| slate("flushing the memtable", e))
+}
+
+fn reader_view_on_writer() -> Error {
+    Error::Internal("a read-write store was read without a pinned view".into())
+}
+
+/// Opens SlateDB's writer, which fences any earlier writer of the store.
+async fn open_writer(
+    root: Path,
+    object_store: Arc<dyn ObjectStore>,
+    uri: &StoreUri,
+    settings: &StoreSettings,
+) -> Result<Db> {
+    let context = format!("opening {uri}");
+    // SlateDB panics on some damaged manifests; that is an error here.
+    AssertUnwindSafe(
+        Db::builder(root, object_store)
+            .with_settings(settings.slatedb_settings(uri))
+            // A cold attach reads whole tables: larger blocks mean fewer
+            // GETs per table (on S3 a request costs more than its bytes),
+            // and a catalog is small.
+            .with_sst_block_size(SstBlockSize::Block64Kib)
+            .build(),
+    )
+    .catch_unwind()
+    .await
+    .map_err(|panic| {
+        Error::Corruption(format!(
+            "{context}: SlateDB could not decode the store ({}); an object of the store is damaged",
+            panic_text(&*panic)
+        ))
+    })
+    .and_then(|built| built.map_err(|e| slate(&context, e)))
 }
 
 /// Every key and value an iterator yields.
@@ -368,7 +430,7 @@ async fn drain(mut iter: DbIterator, ctx: &str) -> Result<KeyValues> {
 }
 
 /// What SlateDB and moraine keep at a store's root.
-const STORE_ENTRIES: [&str; 7] = [
+const STORE_ENTRIES: [&str; 8] = [
     "manifest",
     "wal",
     "compacted",
@@ -377,6 +439,7 @@ const STORE_ENTRIES: [&str; 7] = [
     // Garbage collection's boundary files.
     "gc",
     lease::LEASE_FILE,
+    lease::TURN_DIR,
 ];
 
 /// Refuses a location that holds something other than a moraine store,
@@ -414,7 +477,11 @@ async fn check_location(
 }
 
 pub enum ReadView {
-    Snapshot(Arc<DbSnapshot>),
+    /// A SlateDB snapshot, and the writer turn held while it is read.
+    Snapshot {
+        snapshot: Arc<DbSnapshot>,
+        pin: Arc<turn::TurnPin>,
+    },
     /// Read-only attaches read the reader's latest state.
     Reader,
 }
@@ -423,6 +490,7 @@ pub enum ReadView {
 /// write-write conflict detection at commit.
 pub struct StoreTxn {
     tx: DbTransaction,
+    pin: Arc<turn::TurnPin>,
 }
 
 impl StoreTxn {
@@ -460,8 +528,8 @@ impl Drop for Store {
     /// A handle dropped without `close` stops renewing its lease but leaves it
     /// in place, exactly as a crash would: the lease then expires.
     fn drop(&mut self) {
-        if let Some(renewal) = &self.lease {
-            renewal.abort();
+        if let Handle::Writer(turn) = &self.handle {
+            turn.abandon();
         }
     }
 }

@@ -17,6 +17,11 @@ pub struct StoreSettings {
     pub read_only: bool,
     /// Take the writer lease even if another process holds it.
     pub force_takeover: bool,
+    /// Keep the writer lease for the whole attach and refuse other writers,
+    /// instead of taking turns with them ([`super::turn`]).
+    pub exclusive_writer: bool,
+    /// How long a transaction waits for the writer turn.
+    pub turn_wait: Duration,
     /// Minimum age of an unreferenced object before garbage collection deletes it.
     pub gc_min_age: Duration,
     /// How often garbage collection runs.
@@ -71,6 +76,8 @@ impl Default for StoreSettings {
         StoreSettings {
             read_only: false,
             force_takeover: false,
+            exclusive_writer: false,
+            turn_wait: Duration::from_secs(60),
             gc_min_age: Duration::from_secs(300),
             gc_interval: Duration::from_secs(60),
             compactor_poll: Duration::from_secs(5),
@@ -82,12 +89,14 @@ impl Default for StoreSettings {
 }
 
 /// The attach options moraine understands (DuckLake forwards `META_<name>`).
-pub const OPTION_NAMES: [&str; 13] = [
+pub const OPTION_NAMES: [&str; 15] = [
     "gc_min_age_seconds",
     "gc_interval_seconds",
     "compactor_poll_ms",
     "compaction_checkpoint_seconds",
     "force_takeover",
+    "exclusive_writer",
+    "turn_wait_seconds",
     "object_store_retries",
     "s3_endpoint",
     "s3_region",
@@ -120,6 +129,8 @@ impl StoreSettings {
                 self.compaction_checkpoint = Duration::from_secs(number()?.max(1))
             }
             "force_takeover" => self.force_takeover = number()? != 0,
+            "exclusive_writer" => self.exclusive_writer = number()? != 0,
+            "turn_wait_seconds" => self.turn_wait = Duration::from_secs(number()?.max(1)),
             "object_store_retries" => {
                 self.object_store_retries = u32::try_from(number()?).unwrap_or(u32::MAX)
             }

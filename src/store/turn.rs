@@ -1,0 +1,475 @@
+//! The writer turn: several processes write one store, one at a time, with
+//! no server between them ([design 0010]).
+//!
+//! SlateDB admits one writer per store, and a new writer fences the old
+//! one. The turn makes that a hand-over instead of a fight: a process opens
+//! its SlateDB writer only while it holds the writer lease, and closes it
+//! when another process asks for the turn. Every object-store write of the
+//! protocol is a plain put, a delete, or a create-if-absent, so it works on
+//! the local filesystem as on S3.
+//!
+//! - A transaction *pins* the turn from its first read to its end; while
+//!   any pin is open this process keeps the turn, so a transaction reads
+//!   and commits against one writer, and the premise check on `sys/head`
+//!   sees every commit of every process.
+//! - A process that needs the turn while another holds it writes the ask
+//!   object `turn/ask` and polls the lease. The holder's watcher sees the
+//!   ask, lets its open pins finish (new ones get in for [`FAIR_GRACE`] at
+//!   most, so nested transactions of the holder do not deadlock), closes
+//!   its writer and deletes the lease; the asker creates the lease and
+//!   opens its writer, which fences anything the old one might still send.
+//! - A holder that stops renewing (crash on another host, pause, network
+//!   partition) loses the turn after [`lease::TURN_SECONDS`]; a holder that
+//!   is a dead process of this host loses it at once. If it comes back, its
+//!   writer is fenced: its next commit fails and lands nothing.
+//! - With `exclusive_writer 1` the lease is never handed over and a second
+//!   writer is refused at attach, as before the turn existed.
+//!
+//! [design 0010]: ../../docs/design/0010-writer-turn.md
+
+use super::lease::{self, Holder, Take, TURN_DIR, TURN_SECONDS};
+use crate::error::{Error, Result};
+use futures_util::future::BoxFuture;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, UpdateVersion};
+use slatedb::Db;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// How long a holder that was asked still admits new pins while its open
+/// ones finish: enough for a transaction that opens another inside itself,
+/// short enough that a stream of transactions cannot starve the asker.
+pub const FAIR_GRACE: Duration = Duration::from_secs(1);
+
+/// How often a waiting process renews its ask, and how old an ask may be
+/// before a holder ignores it (its asker gave up or died).
+const ASK_REFRESH: Duration = Duration::from_millis(200);
+const ASK_LIFETIME_SECONDS: i64 = 3 * TURN_SECONDS as i64;
+
+/// How long a holder that committed recently waits between looks at the
+/// ask object, and how long an idle one waits: an asker waits at most this
+/// long for an idle holder, and an idle holder costs one small read per
+/// interval.
+const WATCH_ACTIVE: Duration = Duration::from_millis(20);
+const WATCH_IDLE: Duration = Duration::from_millis(250);
+const ACTIVE_WINDOW: Duration = Duration::from_secs(2);
+
+/// Opens this store's SlateDB writer (fencing any earlier one).
+pub type OpenWriter = Box<dyn Fn() -> BoxFuture<'static, Result<Db>> + Send + Sync>;
+
+#[derive(Debug, Clone, Copy)]
+pub struct TurnPolicy {
+    /// Never hand the lease over; refuse other writers at once.
+    pub exclusive: bool,
+    /// Take the lease from a live holder.
+    pub force_takeover: bool,
+    /// How long a transaction waits for the turn before it fails.
+    pub wait: Duration,
+}
+
+/// How the turn of one store went in this process, for `moraine_stats`.
+#[derive(Debug, Default)]
+pub struct TurnCounters {
+    taken: AtomicU64,
+    handed_over: AtomicU64,
+    waited_ms: AtomicU64,
+    fenced: AtomicU64,
+}
+
+impl TurnCounters {
+    pub fn snapshot(&self) -> [(&'static str, u64); 4] {
+        [
+            ("turns_taken", self.taken.load(Ordering::Relaxed)),
+            ("turns_handed_over", self.handed_over.load(Ordering::Relaxed)),
+            ("turn_wait_ms", self.waited_ms.load(Ordering::Relaxed)),
+            ("turns_lost_to_fencing", self.fenced.load(Ordering::Relaxed)),
+        ]
+    }
+}
+
+struct Holding {
+    db: Db,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+pub struct WriterTurn {
+    object_store: Arc<dyn ObjectStore>,
+    root: Path,
+    uri: String,
+    policy: TurnPolicy,
+    me: Holder,
+    open_writer: OpenWriter,
+    /// Between holder and asker polls: quick on a local or in-memory store,
+    /// where a request costs microseconds; slower where it costs money.
+    poll: Duration,
+    holding: tokio::sync::Mutex<Option<Holding>>,
+    pins: AtomicUsize,
+    /// When the holder saw another process ask; `None` when nobody asks.
+    asked: Mutex<Option<Instant>>,
+    /// Wakes the watcher when the last pin ends while someone asks.
+    drained: tokio::sync::Notify,
+    last_active: Mutex<Instant>,
+    counters: TurnCounters,
+}
+
+/// A transaction's hold on the turn: while it lives, this process keeps
+/// the turn and `db` stays open.
+pub struct TurnPin {
+    db: Db,
+    turn: Arc<WriterTurn>,
+}
+
+impl TurnPin {
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// This writer was fenced: give the turn up so the next transaction
+    /// asks for it again with a fresh writer.
+    pub async fn fenced(&self) {
+        self.turn.lose().await;
+    }
+}
+
+impl Drop for TurnPin {
+    fn drop(&mut self) {
+        self.turn.touch();
+        if self.turn.pins.fetch_sub(1, Ordering::SeqCst) == 1 && self.turn.is_asked() {
+            self.turn.drained.notify_one();
+        }
+    }
+}
+
+impl WriterTurn {
+    pub fn new(
+        object_store: Arc<dyn ObjectStore>,
+        root: Path,
+        uri: String,
+        policy: TurnPolicy,
+        fast_store: bool,
+        open_writer: OpenWriter,
+    ) -> Arc<WriterTurn> {
+        Arc::new(WriterTurn {
+            object_store,
+            root,
+            uri,
+            policy,
+            me: Holder::new_instance(),
+            open_writer,
+            poll: if fast_store {
+                Duration::from_millis(4)
+            } else {
+                Duration::from_millis(25)
+            },
+            holding: tokio::sync::Mutex::new(None),
+            pins: AtomicUsize::new(0),
+            asked: Mutex::new(None),
+            drained: tokio::sync::Notify::new(),
+            last_active: Mutex::new(Instant::now()),
+            counters: TurnCounters::default(),
+        })
+    }
+
+    pub fn counters(&self) -> &TurnCounters {
+        &self.counters
+    }
+
+    /// Holds the turn for one transaction, taking it first if another
+    /// process has it.
+    pub async fn pin(self: &Arc<Self>) -> Result<TurnPin> {
+        let started = Instant::now();
+        loop {
+            {
+                let mut holding = self.holding.lock().await;
+                match holding.as_ref() {
+                    Some(held) if self.admits_new_pins() => {
+                        self.pins.fetch_add(1, Ordering::SeqCst);
+                        return Ok(TurnPin {
+                            db: held.db.clone(),
+                            turn: self.clone(),
+                        });
+                    }
+                    Some(_) => {}
+                    None => {
+                        self.take(&mut holding, started).await?;
+                        continue;
+                    }
+                }
+            }
+            // Handing over: wait until the writer is closed, then ask back.
+            if started.elapsed() > self.policy.wait {
+                return Err(self.timed_out(None));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    fn is_asked(&self) -> bool {
+        self.asked.lock().map(|a| a.is_some()).unwrap_or(false)
+    }
+
+    fn admits_new_pins(&self) -> bool {
+        match self.asked.lock().map(|a| *a) {
+            Ok(None) => true,
+            Ok(Some(since)) => self.pins.load(Ordering::SeqCst) > 0 && since.elapsed() < FAIR_GRACE,
+            Err(_) => true,
+        }
+    }
+
+    fn touch(&self) {
+        if let Ok(mut last) = self.last_active.lock() {
+            *last = Instant::now();
+        }
+    }
+
+    fn recently_active(&self) -> bool {
+        self.pins.load(Ordering::SeqCst) > 0
+            || self
+                .last_active
+                .lock()
+                .map(|l| l.elapsed() < ACTIVE_WINDOW)
+                .unwrap_or(true)
+    }
+
+    async fn take(self: &Arc<Self>, holding: &mut Option<Holding>, started: Instant) -> Result<()> {
+        let mut asked_at: Option<Instant> = None;
+        loop {
+            let taken = lease::try_take(
+                &self.object_store,
+                &self.root,
+                &self.uri,
+                &self.me,
+                self.policy.exclusive,
+                self.policy.force_takeover,
+            )
+            .await;
+            let record = match taken {
+                Ok(Take::Taken(version)) => {
+                    let db = match (self.open_writer)().await {
+                        Ok(db) => db,
+                        Err(e) => {
+                            // A store that cannot open must not stay locked.
+                            lease::release(&self.object_store, &self.root, &self.me).await;
+                            return Err(e);
+                        }
+                    };
+                    if asked_at.is_some() {
+                        self.withdraw_ask().await;
+                    }
+                    self.counters.taken.fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .waited_ms
+                        .fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+                    if let Ok(mut asked) = self.asked.lock() {
+                        *asked = None;
+                    }
+                    self.touch();
+                    let watcher = tokio::spawn(watch(Arc::downgrade(self), version));
+                    *holding = Some(Holding { db, watcher });
+                    return Ok(());
+                }
+                Ok(Take::Busy(record)) => record,
+                Err(e) => {
+                    if asked_at.is_some() {
+                        self.withdraw_ask().await;
+                    }
+                    return Err(e);
+                }
+            };
+            if started.elapsed() > self.policy.wait {
+                self.withdraw_ask().await;
+                return Err(self.timed_out(Some(&record.holder_text)));
+            }
+            if asked_at.is_none_or(|at| at.elapsed() > ASK_REFRESH) {
+                self.ask().await?;
+                asked_at = Some(Instant::now());
+            }
+            tokio::time::sleep(self.poll + jitter(self.poll)).await;
+        }
+    }
+
+    fn timed_out(&self, holder: Option<&str>) -> Error {
+        let holder = holder.map_or_else(String::new, |h| format!(", held by {h}"));
+        Error::Store(format!(
+            "waited {} s for the writer turn of moraine store {}{holder}: a transaction there stayed open \
+             the whole time. Raise the attach option turn_wait_seconds, or keep transactions short",
+            self.policy.wait.as_secs(),
+            self.uri
+        ))
+    }
+
+    fn ask_path(&self) -> Path {
+        self.root.clone().join(TURN_DIR).join("ask")
+    }
+
+    async fn ask(&self) -> Result<()> {
+        let text = format!("{} at {}", self.me.render(), unix_seconds());
+        self.object_store
+            .put(&self.ask_path(), PutPayload::from(text.into_bytes()))
+            .await
+            .map_err(|e| Error::store("asking for the writer turn", e))?;
+        Ok(())
+    }
+
+    /// Removes the ask if it is still this writer's own.
+    async fn withdraw_ask(&self) {
+        if let Some((asker, _)) = self.read_ask().await {
+            if asker == self.me.instance() {
+                let _ = self.object_store.delete(&self.ask_path()).await;
+            }
+        }
+    }
+
+    /// The asking writer's instance and when it asked, if anyone asks.
+    async fn read_ask(&self) -> Option<(String, i64)> {
+        let found = self.object_store.get(&self.ask_path()).await.ok()?;
+        let text = found.bytes().await.ok()?;
+        let text = String::from_utf8_lossy(&text);
+        let (asker, at) = text.rsplit_once(" at ")?;
+        let asker = Holder::parse(asker)?;
+        Some((asker.instance().to_string(), at.trim().parse().ok()?))
+    }
+
+    /// Whether another writer asks for the turn now.
+    async fn someone_asks(&self) -> bool {
+        match self.read_ask().await {
+            Some((asker, at)) => {
+                asker != self.me.instance() && unix_seconds() - at <= ASK_LIFETIME_SECONDS
+            }
+            None => false,
+        }
+    }
+
+    /// This writer was fenced or lost its lease: forget the writer.
+    async fn lose(&self) {
+        let mut holding = self.holding.lock().await;
+        if let Some(held) = holding.take() {
+            held.watcher.abort();
+            self.counters.fenced.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Gives the turn up: closes the writer (its commits are all durable
+    /// already) and deletes the lease.
+    async fn hand_over(&self) -> bool {
+        let mut holding = self.holding.lock().await;
+        if self.pins.load(Ordering::SeqCst) > 0 {
+            return false;
+        }
+        if let Some(held) = holding.take() {
+            let _ = held.db.close().await;
+            lease::release(&self.object_store, &self.root, &self.me).await;
+            self.counters.handed_over.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Ok(mut asked) = self.asked.lock() {
+            *asked = None;
+        }
+        true
+    }
+
+    /// Detaches: closes the writer and releases the lease.
+    pub async fn close(&self) -> Result<()> {
+        let mut holding = self.holding.lock().await;
+        let Some(held) = holding.take() else {
+            return Ok(());
+        };
+        held.watcher.abort();
+        let closed = held
+            .db
+            .close()
+            .await
+            .map_err(|e| crate::error::slate("closing", e));
+        lease::release(&self.object_store, &self.root, &self.me).await;
+        closed
+    }
+
+    /// Stops renewing without releasing, as a crash would: the lease
+    /// expires or, on this host, is taken over at once.
+    pub fn abandon(&self) {
+        if let Ok(mut holding) = self.holding.try_lock() {
+            if let Some(held) = holding.as_ref() {
+                held.watcher.abort();
+            }
+            holding.take();
+        }
+    }
+}
+
+/// The holder's side: renews the lease and hands the turn over when asked.
+async fn watch(turn: Weak<WriterTurn>, mut lease_version: UpdateVersion) {
+    let mut renewed = Instant::now();
+    loop {
+        let (pause, renew_every, drained) = {
+            let Some(turn) = turn.upgrade() else { return };
+            let renew_every = if turn.policy.exclusive {
+                Duration::from_secs(lease::LEASE_SECONDS / 3)
+            } else {
+                Duration::from_secs(TURN_SECONDS / 3)
+            };
+            let pause = if turn.policy.exclusive {
+                renew_every
+            } else if turn.recently_active() {
+                WATCH_ACTIVE
+            } else {
+                WATCH_IDLE
+            };
+            (pause, renew_every, Arc::clone(&turn))
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = drained.drained.notified() => {}
+        }
+        drop(drained);
+        let Some(turn) = turn.upgrade() else { return };
+        if renewed.elapsed() >= renew_every {
+            match lease::renew(
+                &turn.object_store,
+                &turn.root,
+                &turn.me,
+                turn.policy.exclusive,
+                &lease_version,
+            )
+            .await
+            {
+                Ok(version) => {
+                    lease_version = version;
+                    renewed = Instant::now();
+                }
+                Err(Error::Conflict(_)) => {
+                    turn.lose().await;
+                    return;
+                }
+                // A failed renewal is retried at the next tick.
+                Err(_) => {}
+            }
+        }
+        if turn.policy.exclusive {
+            continue;
+        }
+        if !turn.is_asked() {
+            if !turn.someone_asks().await {
+                continue;
+            }
+            if let Ok(mut asked) = turn.asked.lock() {
+                *asked = Some(Instant::now());
+            }
+        }
+        if turn.pins.load(Ordering::SeqCst) == 0 && turn.hand_over().await {
+            return;
+        }
+    }
+}
+
+fn unix_seconds() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default()
+}
+
+/// Up to `span` more, so that waiting processes do not poll in lockstep.
+fn jitter(span: Duration) -> Duration {
+    let random = uuid::Uuid::new_v4().as_u128() as u64;
+    Duration::from_micros(random % (span.as_micros() as u64).max(1))
+}
