@@ -106,7 +106,7 @@ def test_a_killed_writer_is_followed_at_once_and_a_live_one_still_refuses(tmp):
     # A live writer: a CLI that holds the lake open, waiting on its input.
     holder = subprocess.Popen([harness.CLI, "-unsigned", ":memory:"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    holder.stdin.write(harness.preamble() + attach(tmp) + "INSERT INTO lake.t VALUES (1);\n")
+    holder.stdin.write(harness.preamble() + attach(tmp, ", META_EXCLUSIVE_WRITER 1") + "INSERT INTO lake.t VALUES (1);\n")
     holder.stdin.flush()
     try:
         wait_for_attach(tmp, holder)

@@ -4,11 +4,11 @@ refuses writes with a clear message."""
 import harness
 
 
-def writer(tmp):
+def writer(tmp, extra=""):
     harness.require_extension("moraine")
     con = harness.connect()
     con.execute("SET threads=1")
-    con.execute("ATTACH 'ducklake:moraine:%s/catalog' AS lake (DATA_PATH '%s/data/')" % (tmp, tmp))
+    con.execute("ATTACH 'ducklake:moraine:%s/catalog' AS lake (DATA_PATH '%s/data/'%s)" % (tmp, tmp, extra))
     con.execute("USE lake")
     return con
 
@@ -39,8 +39,8 @@ def test_write_through_read_only_attach_is_refused(tmp):
     assert con.execute("SELECT count(*) FROM t").fetchone()[0] == 0
 
 
-def test_second_read_write_attach_fails_fast_while_the_writer_keeps_committing(tmp):
-    con = writer(tmp)
+def test_second_read_write_attach_fails_fast_while_an_exclusive_writer_keeps_committing(tmp):
+    con = writer(tmp, ", META_EXCLUSIVE_WRITER 1")
     con.execute("CREATE TABLE t (x INTEGER)")
     attach = "ATTACH 'ducklake:moraine:%s/catalog' AS lake (DATA_PATH '%s/data/');\n" % (tmp, tmp)
     r = harness.run_cli(attach + "INSERT INTO lake.t VALUES (9);", bail=False)

@@ -99,13 +99,13 @@ def test_missing_bucket_is_a_clear_error(tmp):
 
 
 def test_reader_writer_and_lease_on_s3(tmp):
-    """One writer process, READ_ONLY readers in other processes that see its commits, and a second read-write attach
-    that fails fast while the writer keeps committing."""
+    """One exclusive writer process, READ_ONLY readers in other processes that see its commits, and a second
+    read-write attach that fails fast while the writer keeps committing."""
     harness.require_extension("moraine")
     con = harness.connect(load=s3server.LOAD)
     con.execute("SET threads=1")
     con.execute(s3server.secret_sql())
-    con.execute("ATTACH 'ducklake:moraine:%s' AS lake (DATA_PATH '%s', READ_WRITE)" % (
+    con.execute("ATTACH 'ducklake:moraine:%s' AS lake (DATA_PATH '%s', READ_WRITE, META_EXCLUSIVE_WRITER 1)" % (
         s3server.url(tmp, "lake"), s3server.url(tmp, "lake", "data/")))
     con.execute("CREATE TABLE lake.t (x INTEGER)")
     con.execute("INSERT INTO lake.t VALUES (1), (2)")

@@ -449,6 +449,48 @@ async fn ordinary_commit() {
     .await;
 }
 
+/// A second writer of the same store asks for the writer turn and commits:
+/// the cut falls anywhere in the holder's hand-over (its close and lease
+/// release), the asker's ask, lease and SlateDB open (which fences the
+/// holder), or the asker's commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_after_a_turn_handover() {
+    sweep(CommitPath {
+        name: "commit after a turn handover",
+        setup: Some(|store| {
+            boxed(async move {
+                bootstrap(store).await;
+                create_table(store, 1, 1, "t").await;
+            })
+        }),
+        commit: |holder| {
+            boxed(async move {
+                let asker = Store::open_on(
+                    holder.uri(),
+                    holder.object_store().clone(),
+                    &settings(false),
+                )
+                .await
+                .unwrap();
+                let asker = Arc::new(asker);
+                let mut tx = StagedTransaction::new(asker.clone());
+                stage(&mut tx, Kind::Snapshot, snapshot_row(2, 1, 3, 11)).await;
+                stage(&mut tx, Kind::DataFile, data_file_row(10, 1, 2)).await;
+                stage(
+                    &mut tx,
+                    Kind::SnapshotChanges,
+                    changes_row(2, "inserted_into_table:1"),
+                )
+                .await;
+                tx.commit().await.unwrap();
+                std::mem::forget(asker);
+            })
+        },
+        ..CommitPath::ONE_COMMIT
+    })
+    .await;
+}
+
 /// A table with 20 columns and 20 data files.
 async fn wide_table(store: &Arc<Store>) {
     bootstrap(store).await;

@@ -81,11 +81,11 @@ async fn refresh(db: &slatedb::Db) -> Result<()> {
 /// Writes the reclaim marker and flushes it into a fresh L0.
 async fn nudge(db: &slatedb::Db, started: Instant) -> Result<()> {
     db.put(
-            crate::store::keys::SYS_RECLAIM,
-            started.elapsed().as_millis().to_string().as_bytes(),
-        )
-        .await
-        .map_err(|e| slate("writing the reclaim marker", e))?;
+        crate::store::keys::SYS_RECLAIM,
+        started.elapsed().as_millis().to_string().as_bytes(),
+    )
+    .await
+    .map_err(|e| slate("writing the reclaim marker", e))?;
     crate::store::flush_writer_to_l0(db).await
 }
 

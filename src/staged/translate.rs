@@ -68,11 +68,12 @@ pub async fn commit(
     premise: Option<Head>,
     ops: &[StagedOp],
 ) -> Result<CommitOutcome> {
-    let txn = store.begin(view)?;
+    let mut txn = store.begin(view)?;
     let head = match txn.get(keys::SYS_HEAD).await? {
         Some(bytes) => Some(Head::decode(&bytes)?),
         None => None,
     };
+    txn.set_batch_number(head.map_or(0, |h| h.batch_count).unsigned_abs() + 1);
     if head != premise {
         return Err(Error::Conflict(format!(
             "the catalog moved from {} to {} while this transaction ran",

@@ -205,7 +205,9 @@ impl LeaseRecord {
     }
 
     pub fn is_held_by(&self, me: &Holder) -> bool {
-        self.holder.as_ref().is_some_and(|h| h.instance == me.instance)
+        self.holder
+            .as_ref()
+            .is_some_and(|h| h.instance == me.instance)
     }
 
     /// Whether the holder may still write: not expired, and not a process of
@@ -287,11 +289,21 @@ pub async fn try_take(
     }
     // This writer's own lease, a stale one, or a forced takeover: claim this
     // very lease first, so that of two processes replacing it one wins.
-    if !mine && !claim_takeover(store, root, &text).await? {
-        return match read(store, root).await? {
-            Some(record) if !record.is_held_by(me) => Ok(Take::Busy(record)),
-            _ => Box::pin(try_take(store, root, uri, me, exclusive, force)).await,
-        };
+    let marker = takeover_marker(root, &text);
+    if !mine {
+        let claimed = claim_takeover(store, &marker, &text).await?;
+        // A claim made after the previous claimer finished (and removed its
+        // marker) finds that claimer's lease in place: it is not stale.
+        let unchanged = claimed && read_text(store, root).await?.as_deref() == Some(text.as_str());
+        if !unchanged {
+            if claimed {
+                let _ = store.delete(&marker).await;
+            }
+            return match read(store, root).await? {
+                Some(record) if !record.is_held_by(me) => Ok(Take::Busy(record)),
+                _ => Box::pin(try_take(store, root, uri, me, exclusive, force)).await,
+            };
+        }
     }
     let written = match write(store, &path, me, exclusive, PutMode::Update(seen)).await {
         // No If-Match here (the local filesystem): the claim above settled
@@ -309,6 +321,10 @@ pub async fn try_take(
             .map_err(|e| Error::store("writing the writer lease", e)),
         other => other,
     };
+    if !mine {
+        // The lease it claimed is replaced: its text never comes back.
+        let _ = store.delete(&marker).await;
+    }
     match written {
         Ok(version) => {
             release_at_exit(store, root, me);
@@ -322,21 +338,23 @@ pub async fn try_take(
     }
 }
 
-/// Creates the marker that claims the replacement of one lease (named by a
-/// digest of its text): `false` when another process claimed it first.
-/// Markers are a few bytes each and are removed with the lease they replaced
-/// once the new holder releases.
-async fn claim_takeover(store: &Arc<dyn ObjectStore>, root: &Path, lease: &str) -> Result<bool> {
+/// The marker that claims the replacement of one lease, named by a digest
+/// of the lease's text.
+fn takeover_marker(root: &Path, lease: &str) -> Path {
     use std::hash::{Hash, Hasher};
     let mut digest = std::collections::hash_map::DefaultHasher::new();
     lease.hash(&mut digest);
-    let marker = root
-        .clone()
+    root.clone()
         .join(TURN_DIR)
-        .join(format!("takeover-{:016x}", digest.finish()));
+        .join(format!("takeover-{:016x}", digest.finish()))
+}
+
+/// Creates `marker`, claiming the replacement of the lease `lease`: `false`
+/// when another process claimed it first.
+async fn claim_takeover(store: &Arc<dyn ObjectStore>, marker: &Path, lease: &str) -> Result<bool> {
     let put = store
         .put_opts(
-            &marker,
+            marker,
             PutPayload::from(lease.as_bytes().to_vec()),
             PutOptions::from(PutMode::Create),
         )
@@ -346,10 +364,10 @@ async fn claim_takeover(store: &Arc<dyn ObjectStore>, root: &Path, lease: &str) 
         Err(object_store::Error::AlreadyExists { .. }) => {
             // A claimer that died between its claim and its lease write
             // would block every later takeover: its claim expires.
-            if let Ok(meta) = store.head(&marker).await {
+            if let Ok(meta) = store.head(marker).await {
                 let age = now_seconds() as i64 - meta.last_modified.timestamp();
                 if age > 2 * TURN_SECONDS as i64 {
-                    let _ = store.delete(&marker).await;
+                    let _ = store.delete(marker).await;
                 }
             }
             Ok(false)
@@ -360,13 +378,19 @@ async fn claim_takeover(store: &Arc<dyn ObjectStore>, root: &Path, lease: &str) 
 
 /// The lease as stored now, if any.
 pub async fn read(store: &Arc<dyn ObjectStore>, root: &Path) -> Result<Option<LeaseRecord>> {
+    Ok(read_text(store, root)
+        .await?
+        .and_then(|text| LeaseRecord::parse(&text)))
+}
+
+async fn read_text(store: &Arc<dyn ObjectStore>, root: &Path) -> Result<Option<String>> {
     match store.get(&lease_path(root)).await {
         Ok(found) => {
             let text = found
                 .bytes()
                 .await
                 .map_err(|e| Error::store("reading the writer lease", e))?;
-            Ok(LeaseRecord::parse(&String::from_utf8_lossy(&text)))
+            Ok(Some(String::from_utf8_lossy(&text).to_string()))
         }
         Err(object_store::Error::NotFound { .. }) => Ok(None),
         Err(e) => Err(Error::store("reading the writer lease", e)),
@@ -506,8 +530,8 @@ async fn write(
     }
 }
 
-/// Removes the lease if `me` holds it (a lease another writer took over is
-/// theirs), with the takeover markers it leaves behind.
+/// Removes the lease if `me` holds it: a lease another writer took over is
+/// theirs.
 pub async fn release(store: &Arc<dyn ObjectStore>, root: &Path, me: &Holder) {
     if let Ok(mut held) = held().lock() {
         held.retain(|(_, r, h)| !(r == root && h == me));
@@ -517,22 +541,203 @@ pub async fn release(store: &Arc<dyn ObjectStore>, root: &Path, me: &Holder) {
         _ => return,
     }
     let _ = store.delete(&lease_path(root)).await;
-    sweep_takeover_markers(store, root).await;
 }
 
-async fn sweep_takeover_markers(store: &Arc<dyn ObjectStore>, root: &Path) {
-    use futures_util::StreamExt;
-    let dir = root.clone().join(TURN_DIR);
-    let markers: Vec<Path> = store
-        .list(Some(&dir))
-        .filter_map(|meta| async move { meta.ok().map(|m| m.location) })
-        .filter(|p| {
-            let is_marker = p.filename().is_some_and(|n| n.starts_with("takeover-"));
-            async move { is_marker }
-        })
-        .collect()
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+
+    fn memory() -> Arc<dyn ObjectStore> {
+        Arc::new(InMemory::new())
+    }
+
+    async fn put_lease(store: &Arc<dyn ObjectStore>, root: &Path, text: String) {
+        store
+            .put(&lease_path(root), text.into_bytes().into())
+            .await
+            .unwrap();
+    }
+
+    fn other_host_holder() -> Holder {
+        Holder {
+            pid: 1,
+            instance: "other".into(),
+            host: "another-host/0".into(),
+            started: 1,
+        }
+    }
+
+    async fn take(
+        store: &Arc<dyn ObjectStore>,
+        root: &Path,
+        me: &Holder,
+        exclusive: bool,
+        force: bool,
+    ) -> Result<Take> {
+        try_take(store, root, "memory://t", me, exclusive, force).await
+    }
+
+    #[tokio::test]
+    async fn a_live_exclusive_lease_refuses_every_writer_until_forced() {
+        let (store, root) = (memory(), Path::from("catalog"));
+        let until = now_seconds() + 20;
+        // A lease of a build before the writer turn names no policy: exclusive.
+        put_lease(&store, &root, format!("pid 1 (x) until {until}")).await;
+        for exclusive in [false, true] {
+            let err = take(&store, &root, &Holder::new_instance(), exclusive, false)
+                .await
+                .unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("in use by another writer (pid 1 (x)"),
+                "{err}"
+            );
+        }
+        let forced = take(&store, &root, &Holder::new_instance(), false, true).await;
+        assert!(matches!(forced, Ok(Take::Taken(_))), "{forced:?}");
+    }
+
+    #[tokio::test]
+    async fn a_live_turn_is_asked_for_by_a_turn_writer_and_refused_to_an_exclusive_one() {
+        let (store, root) = (memory(), Path::from("catalog"));
+        let holder = other_host_holder();
+        put_lease(&store, &root, LeaseRecord::render(&holder, false)).await;
+        let busy = take(&store, &root, &Holder::new_instance(), false, false).await;
+        assert!(
+            matches!(&busy, Ok(Take::Busy(r)) if r.is_held_by(&holder) && !r.exclusive),
+            "{busy:?}"
+        );
+        let refused = take(&store, &root, &Holder::new_instance(), true, false).await;
+        assert!(
+            matches!(&refused, Err(Error::InvalidArgument(m)) if m.contains("in use")),
+            "{refused:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn of_two_writers_replacing_one_stale_lease_exactly_one_wins() {
+        for local in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let store: Arc<dyn ObjectStore> = if local {
+                Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap())
+            } else {
+                memory()
+            };
+            let root = Path::from("catalog");
+            let dead = format!("{} until 1 turn", other_host_holder().render());
+            put_lease(&store, &root, dead).await;
+            let (a, b) = (Holder::new_instance(), Holder::new_instance());
+            let (ta, tb) = tokio::join!(
+                take(&store, &root, &a, false, false),
+                take(&store, &root, &b, false, false)
+            );
+            let won = [&ta, &tb]
+                .iter()
+                .filter(|t| matches!(t, Ok(Take::Taken(_))))
+                .count();
+            assert_eq!(won, 1, "local {local}: {ta:?} {tb:?}");
+            let record = read(&store, &root).await.unwrap().unwrap();
+            let winner = if matches!(ta, Ok(Take::Taken(_))) {
+                &a
+            } else {
+                &b
+            };
+            assert!(record.is_held_by(winner), "local {local}: {record:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_dead_holder_on_this_host_is_taken_over_at_once() {
+        let (store, root) = (memory(), Path::from("catalog"));
+        let dead = Holder {
+            pid: u32::MAX - 1,
+            instance: "dead".into(),
+            ..this_process().clone()
+        };
+        let until = now_seconds() + 25;
+        put_lease(&store, &root, format!("{} until {until}", dead.render())).await;
+        let me = Holder::new_instance();
+        let taken = take(&store, &root, &me, true, false).await;
+        assert!(matches!(taken, Ok(Take::Taken(_))), "{taken:?}");
+        release(&store, &root, &me).await;
+        assert!(read(&store, &root).await.unwrap().is_none(), "released");
+    }
+
+    #[tokio::test]
+    async fn release_leaves_a_lease_another_writer_took_over() {
+        let (store, root) = (memory(), Path::from("catalog"));
+        let me = Holder::new_instance();
+        take(&store, &root, &me, false, false).await.unwrap();
+        put_lease(
+            &store,
+            &root,
+            LeaseRecord::render(&other_host_holder(), false),
+        )
         .await;
-    for marker in markers {
-        let _ = store.delete(&marker).await;
+        release(&store, &root, &me).await;
+        assert!(read(&store, &root).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_renewal_after_a_takeover_fails_and_writes_nothing() {
+        for local in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let store: Arc<dyn ObjectStore> = if local {
+                Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap())
+            } else {
+                memory()
+            };
+            let root = Path::from("catalog");
+            let me = Holder::new_instance();
+            let Take::Taken(version) = take(&store, &root, &me, false, false).await.unwrap() else {
+                panic!("an empty store's lease is free");
+            };
+            let newer = LeaseRecord::render(&other_host_holder(), false);
+            put_lease(&store, &root, newer.clone()).await;
+            let renewed = renew(&store, &root, &me, false, &version).await;
+            assert!(matches!(renewed, Err(Error::Conflict(_))), "{renewed:?}");
+            assert_eq!(read_text(&store, &root).await.unwrap(), Some(newer));
+        }
+    }
+
+    #[test]
+    fn a_holder_round_trips_and_old_leases_parse() {
+        let me = Holder::new_instance();
+        assert_eq!(Holder::parse(&me.render()).as_ref(), Some(&me));
+        let old = Holder::parse("pid 7 (abc)").unwrap();
+        assert_eq!((old.pid, old.host.as_str()), (7, ""));
+        assert!(
+            !old.is_gone_from_this_host(),
+            "an unknown host is never judged"
+        );
+        let record = LeaseRecord::parse(&LeaseRecord::render(&me, false)).unwrap();
+        assert!(record.is_held_by(&me) && !record.exclusive && record.is_live());
+        assert!(LeaseRecord::parse("pid 7 (abc) until 5").unwrap().exclusive);
+    }
+
+    #[test]
+    fn only_a_holder_of_this_host_that_no_longer_runs_is_gone() {
+        let me = Holder::new_instance();
+        assert!(!me.is_gone_from_this_host(), "this process runs");
+        let recycled = Holder {
+            started: me.started + 1,
+            ..me.clone()
+        };
+        assert!(
+            recycled.is_gone_from_this_host(),
+            "a pid reused by a later process"
+        );
+        let elsewhere = Holder {
+            host: "another-host/0".into(),
+            pid: u32::MAX,
+            ..me.clone()
+        };
+        assert!(!elsewhere.is_gone_from_this_host());
+        let ended = Holder {
+            pid: u32::MAX - 1,
+            ..me
+        };
+        assert!(ended.is_gone_from_this_host(), "no such process");
     }
 }

@@ -26,7 +26,8 @@ pub use settings::StoreSettings;
 pub use uri::StoreUri;
 
 /// How many commits the WAL may hold before the memtable goes to L0: a
-/// reader's attach replays at most this many WAL objects.
+/// reader's attach, and a writer taking the turn, replays at most this many
+/// WAL objects.
 const MEMTABLE_FLUSH_COMMITS: u64 = 128;
 
 /// Bulk scans fetch widely: the default (one block, one fetch) turns a cold
@@ -58,7 +59,8 @@ pub struct Store {
     commits: CommitCounters,
     /// Object-store requests made through this handle.
     requests: Arc<counted::RequestCounts>,
-    /// Commits since the memtable last went to an L0 SST.
+    /// Commits through this handle since the memtable last went to an L0
+    /// SST, for commits without a batch number.
     unflushed_commits: AtomicU64,
 }
 
@@ -313,13 +315,14 @@ impl Store {
         Ok(StoreTxn {
             tx,
             pin: pin.clone(),
+            batch: None,
         })
     }
 
     /// Commits and waits until the batch is durable in object storage, so an
     /// acknowledged commit survives a crash.
     pub async fn commit(&self, txn: StoreTxn) -> Result<()> {
-        let StoreTxn { tx, pin } = txn;
+        let StoreTxn { tx, pin, batch } = txn;
         let db = pin.db();
         let landed = async {
             let handle = tx.commit().await.map_err(|e| slate("committing", e))?;
@@ -331,7 +334,7 @@ impl Store {
                     .await_durable()
                     .await
                     .map_err(|e| slate("awaiting durability", e))?;
-                self.flush_memtable_now_and_then(db);
+                self.flush_memtable_now_and_then(db, batch);
             }
             Ok(())
         }
@@ -346,9 +349,18 @@ impl Store {
     /// commits, in the background. A catalog's commits are small, so
     /// SlateDB's size threshold (64 MiB) would let thousands of WAL objects
     /// pile up, and every reader attach and every recovery replays them all.
-    fn flush_memtable_now_and_then(&self, db: &Db) {
-        let since = self.unflushed_commits.fetch_add(1, Ordering::Relaxed) + 1;
-        if since < MEMTABLE_FLUSH_COMMITS {
+    /// A numbered commit counts the store's commits, whichever process made
+    /// them: a writer that took the turn replayed the others' WAL into its
+    /// memtable, so its flush covers theirs too.
+    fn flush_memtable_now_and_then(&self, db: &Db, batch: Option<u64>) {
+        let due = match batch {
+            Some(batch) => batch % MEMTABLE_FLUSH_COMMITS == 0,
+            None => {
+                let since = self.unflushed_commits.fetch_add(1, Ordering::Relaxed) + 1;
+                since >= MEMTABLE_FLUSH_COMMITS
+            }
+        };
+        if !due {
             return;
         }
         self.unflushed_commits.store(0, Ordering::Relaxed);
@@ -491,9 +503,17 @@ pub enum ReadView {
 pub struct StoreTxn {
     tx: DbTransaction,
     pin: Arc<turn::TurnPin>,
+    /// The store-wide number of this commit, when the caller keeps one.
+    batch: Option<u64>,
 }
 
 impl StoreTxn {
+    /// Numbers this commit in the store's sequence of commits (the head's
+    /// batch count), which paces memtable flushes across writers.
+    pub fn set_batch_number(&mut self, batch: u64) {
+        self.batch = Some(batch);
+    }
+
     pub async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         self.tx
             .get(key)

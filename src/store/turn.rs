@@ -51,7 +51,7 @@ const ASK_LIFETIME_SECONDS: i64 = 3 * TURN_SECONDS as i64;
 /// ask object, and how long an idle one waits: an asker waits at most this
 /// long for an idle holder, and an idle holder costs one small read per
 /// interval.
-const WATCH_ACTIVE: Duration = Duration::from_millis(20);
+const WATCH_ACTIVE: Duration = Duration::from_millis(5);
 const WATCH_IDLE: Duration = Duration::from_millis(250);
 const ACTIVE_WINDOW: Duration = Duration::from_secs(2);
 
@@ -81,7 +81,10 @@ impl TurnCounters {
     pub fn snapshot(&self) -> [(&'static str, u64); 4] {
         [
             ("turns_taken", self.taken.load(Ordering::Relaxed)),
-            ("turns_handed_over", self.handed_over.load(Ordering::Relaxed)),
+            (
+                "turns_handed_over",
+                self.handed_over.load(Ordering::Relaxed),
+            ),
             ("turn_wait_ms", self.waited_ms.load(Ordering::Relaxed)),
             ("turns_lost_to_fencing", self.fenced.load(Ordering::Relaxed)),
         ]
@@ -358,7 +361,15 @@ impl WriterTurn {
             return false;
         }
         if let Some(held) = holding.take() {
-            let _ = held.db.close().await;
+            // Everything this writer acknowledged is durable in the WAL
+            // already, and the next writer replays it: no memtable flush,
+            // whose L0 would set the compactor going under the close.
+            let _ = held
+                .db
+                .close_with_options(slatedb::config::CloseOptions {
+                    flush_type: Some(slatedb::config::FlushType::Wal),
+                })
+                .await;
             lease::release(&self.object_store, &self.root, &self.me).await;
             self.counters.handed_over.fetch_add(1, Ordering::Relaxed);
         }
@@ -410,7 +421,7 @@ async fn watch(turn: Weak<WriterTurn>, mut lease_version: UpdateVersion) {
             let pause = if turn.policy.exclusive {
                 renew_every
             } else if turn.recently_active() {
-                WATCH_ACTIVE
+                WATCH_ACTIVE.max(turn.poll)
             } else {
                 WATCH_IDLE
             };
