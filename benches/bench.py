@@ -20,13 +20,15 @@ import harness  # noqa: E402
 
 SCALES = {
     "small": {"reps": 3, "commits": 50, "history": [100, 300], "files": [100], "parquet_rows": 1000,
-              "growth": 1000, "bucket": 200},
+              "growth": 1000, "bucket": 200, "writer_commits": 40},
     "medium": {"reps": 5, "commits": 200, "history": [100, 1000], "files": [100, 1000], "parquet_rows": 1000,
-               "growth": 2000, "bucket": 500},
+               "growth": 2000, "bucket": 500, "writer_commits": 80},
     # H = 5,000 comes from the growth lakes, which are attached and expired after their last commit.
     "large": {"reps": 3, "commits": 300, "history": [100, 1000], "files": [100, 1000], "parquet_rows": 1000,
-              "growth": 5000, "bucket": 1000},
+              "growth": 5000, "bucket": 1000, "writer_commits": 80},
 }
+# Writer processes committing at once in the many_writers workload.
+MANY_WRITERS = (1, 2, 4, 8)
 # The window the growth acceptance compares: the first and the last commits of the run.
 GROWTH_WINDOW = 300
 
@@ -188,6 +190,83 @@ def growth_report(curves, after, scale):
     return report
 
 
+def writer_process(argv):
+    """One process of the many_writers workload (run as `bench.py --writer ...`): attaches, waits for the start
+    signal, commits single-row INSERTs, and prints its commit count and, on moraine, its commit attempts."""
+    extensions, attach, start, me, commits = json.loads(argv[0]), argv[1], argv[2], int(argv[3]), int(argv[4])
+    con = harness.connect(load=tuple(extensions))
+    con.execute("SET threads=1")
+    # DuckLake's retry settings raised as its documentation suggests for contention.
+    con.execute("SET ducklake_max_retry_count=200")
+    con.execute("SET ducklake_retry_wait_ms=10")
+    con.execute("SET ducklake_retry_backoff=1.1")
+    con.execute(attach)
+    print("attached", flush=True)
+    while not os.path.exists(start):
+        time.sleep(0.001)
+    for i in range(commits):
+        con.execute("INSERT INTO lake.t VALUES (?, ?)", [me, i])
+    attempts = None
+    if "moraine" in extensions:
+        stats = dict(con.execute("SELECT name, value FROM moraine_stats('lake')").fetchall())
+        attempts = int(stats["commits_attempted"])
+    print(json.dumps({"commits": commits, "attempts": attempts}), flush=True)
+    return 0
+
+
+def run_many_writers(backend, scale, tmp_root, processes, options=""):
+    """`processes` writer processes commit `writer_commits` single-row INSERTs in all into one shared table at
+    once: {commits_per_s, attempts_per_commit}. Every commit must land."""
+    t = tempfile.mkdtemp(dir=tmp_root)
+    con = backend.connect(t)
+    con.execute("CREATE TABLE t (w INTEGER, i INTEGER)")
+    con.close()
+    attach = backend.attach_for(t)
+    if options:
+        attach = attach[:-1] + options + ")"
+    start = os.path.join(t, "start")
+    each = max(1, scale["writer_commits"] // processes)
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--writer", json.dumps(backend.extensions),
+                               attach, start, str(w), str(each)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for w in range(processes)]
+    for p in procs:
+        line = p.stdout.readline().strip()
+        if line != "attached":
+            raise RuntimeError("a writer did not attach: %s" % p.stderr.read()[-500:])
+    began = time.perf_counter()
+    open(start, "w").close()
+    outs = [p.communicate(timeout=600) for p in procs]
+    took = time.perf_counter() - began
+    for p, (out, err) in zip(procs, outs):
+        if p.returncode != 0:
+            raise RuntimeError("a writer failed: %s" % err.strip().splitlines()[-1])
+    reports = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    con = backend.connect(t)
+    rows = con.execute("SELECT count(*) FROM t").fetchone()[0]
+    con.close()
+    if rows != each * processes:
+        raise RuntimeError("%d of %d commits landed" % (rows, each * processes))
+    out = {"commits_per_s": each * processes / took}
+    if all(r["attempts"] is not None for r in reports):
+        out["attempts_per_commit"] = sum(r["attempts"] for r in reports) / (each * processes)
+    return out
+
+
+def many_writers_workload(backend, scale, tmp_root):
+    """{metric: value} of the many_writers workload on one back-end. On moraine the single process also runs
+    with `exclusive_writer`, the path the writer turn replaces."""
+    if backend.name not in ("moraine", "postgres"):
+        return {}
+    out = {}
+    for n in MANY_WRITERS:
+        for name, value in run_many_writers(backend, scale, tmp_root, n).items():
+            out["many_writers.p%d_%s" % (n, name)] = value
+    if backend.name == "moraine":
+        single = run_many_writers(backend, scale, tmp_root, 1, ", META_EXCLUSIVE_WRITER 1")
+        out["many_writers.p1_exclusive_commits_per_s"] = single["commits_per_s"]
+    return out
+
+
 def run_workloads(backend, scale, tmp_root):
     """One repetition of every workload on one back-end: {metric: milliseconds (or bytes)}."""
     out = {}
@@ -248,8 +327,11 @@ def main(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--scale", default="small", choices=sorted(SCALES))
     ap.add_argument("--out", default=os.path.join(harness.ROOT, "target", "bench"))
-    ap.add_argument("--workload", default="all", choices=["all", "growth", "classic"],
-                    help="growth: the per-commit latency curve as history grows; classic: the rest")
+    ap.add_argument("--workload", default="all", choices=["all", "growth", "classic", "many_writers"],
+                    help="growth: the per-commit latency curve as history grows; many_writers: 1, 2, 4 and 8 "
+                    "processes committing at once; classic: the rest")
+    if argv[:1] == ["--writer"]:
+        return writer_process(argv[1:])
     args = ap.parse_args(argv)
     scale = SCALES[args.scale]
     skipped = {}
@@ -274,12 +356,17 @@ def main(argv):
                     except Exception as e:  # noqa: BLE001
                         skipped[backend.name] = "failed: %s" % str(e).splitlines()[0]
                 print("growth (%s) done" % kind, flush=True)
-        for rep in range(scale["reps"] if args.workload in ("all", "classic") else 0):
+        for rep in range(scale["reps"] if args.workload in ("all", "classic", "many_writers") else 0):
             for backend in backends(pg):
                 if backend.name in skipped:
                     continue
                 try:
-                    for metric, value in run_workloads(backend, scale, tmp_root).items():
+                    metrics = {}
+                    if args.workload in ("all", "classic"):
+                        metrics.update(run_workloads(backend, scale, tmp_root))
+                    if args.workload in ("all", "many_writers"):
+                        metrics.update(many_writers_workload(backend, scale, tmp_root))
+                    for metric, value in metrics.items():
                         results.setdefault(metric, {}).setdefault(backend.name, []).append(value)
                 except Exception as e:  # noqa: BLE001
                     skipped[backend.name] = "failed: %s" % str(e).splitlines()[0]
