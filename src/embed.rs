@@ -6,7 +6,8 @@
 //! counters, and writes `changes_made` in DuckLake's own grammar so DuckLake
 //! reads these commits like its own. A lost race is retried internally, with
 //! bounded back-off, when the commits that landed in between touched other
-//! tables; an overlapping race returns [`Error::Conflict`].
+//! tables; an overlapping race returns [`Error::Conflict`], and so does one
+//! whose commits in between were expired before their changes could be read.
 
 use crate::catalog::{self, Cell, Dump, Kind, Row, TableRef};
 use crate::error::{Error, Result};
@@ -310,10 +311,10 @@ impl Catalog {
                     )))
                 }
                 Err(Error::Conflict(why)) => {
-                    if !self.race_was_benign(premise.snapshot_id, &mutation).await? {
-                        return Err(Error::Conflict(format!(
-                            "a concurrent commit touched the same tables: {why}"
-                        )));
+                    if let Some(overlap) =
+                        self.overlap_since(premise.snapshot_id, &mutation).await?
+                    {
+                        return Err(Error::Conflict(format!("{overlap}: {why}")));
                     }
                     if attempt == MAX_ATTEMPTS {
                         break;
@@ -329,34 +330,66 @@ impl Catalog {
         )))
     }
 
-    /// Whether every commit after `base` touched only other tables. A
-    /// snapshot record missing in between means an expiry ran: that is a
-    /// refresh, never corruption.
-    async fn race_was_benign(&self, base: i64, mutation: &Mutation) -> Result<bool> {
+    /// Why the commits after `base` may have touched what `mutation`
+    /// touches, or `None` when every one of them touched only other tables.
+    ///
+    /// Like DuckLake's own conflict check, this reads the `changes_made` of
+    /// every snapshot after the base. A snapshot in between that an expiry
+    /// removed took its changes with it, so whether it overlapped cannot be
+    /// known: that is reported as a conflict for the caller to re-read and
+    /// retry, never as corruption and never retried blind.
+    async fn overlap_since(&self, base: i64, mutation: &Mutation) -> Result<Option<String>> {
         let mut tx = StagedTransaction::new(self.store.clone());
+        let head = tx
+            .premise()
+            .await?
+            .ok_or_else(|| Error::NotFound("the catalog is not initialised".into()))?;
         let changes = tx
             .visible_rows(TableRef::Fixed(Kind::SnapshotChanges))
             .await?;
-        for row in changes
-            .iter()
-            .filter(|r| r[0].as_int().is_some_and(|s| s > base))
-        {
-            for token in row[1].as_text().unwrap_or_default().split(',') {
+        let mut seen = BTreeSet::new();
+        for row in changes.iter() {
+            let Some(snapshot_id) = row[crate::column!(SnapshotChanges, snapshot_id)]
+                .as_int()
+                .filter(|s| *s > base)
+            else {
+                continue;
+            };
+            seen.insert(snapshot_id);
+            for token in row[crate::column!(SnapshotChanges, changes_made)]
+                .as_text()
+                .unwrap_or_default()
+                .split(',')
+            {
                 let Some((what, arg)) = token.split_once(':') else {
                     continue;
                 };
                 if what.starts_with("created_table") {
                     if mutation.touched_names.contains(&arg.replace('"', "")) {
-                        return Ok(false);
+                        return Ok(Some(format!(
+                            "snapshot {snapshot_id} created a table of the same name"
+                        )));
                     }
                 } else if let Ok(id) = arg.parse::<i64>() {
                     if what.contains("table") && mutation.touched_ids.contains(&id) {
-                        return Ok(false);
+                        return Ok(Some(format!(
+                            "snapshot {snapshot_id} touched table {id} too ({what})"
+                        )));
                     }
                 }
             }
         }
-        Ok(true)
+        let expired: Vec<i64> = (base + 1..=head.snapshot_id)
+            .filter(|s| !seen.contains(s))
+            .collect();
+        if !expired.is_empty() {
+            return Ok(Some(format!(
+                "snapshots {expired:?}, committed after this commit's base snapshot {base}, were \
+                 expired before their changes could be checked against this commit; re-read the \
+                 catalog and commit again"
+            )));
+        }
+        Ok(None)
     }
 }
 

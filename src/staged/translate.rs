@@ -10,6 +10,7 @@
 
 use super::{CommitOutcome, StagedOp};
 use crate::catalog::{self, Cell, Head, Kind, Lifecycle, Row, TableRef};
+use crate::column;
 use crate::error::{Error, Result};
 use crate::inline;
 use crate::store::keys::{self, Subspace};
@@ -62,11 +63,31 @@ const PREFETCH_THRESHOLD: usize = 64;
 /// the rest, which then sort by key.
 const ORDINAL_BITS: u32 = 24;
 
+/// Translates and commits `ops` as one durable store transaction.
 pub async fn commit(
     store: &Store,
     premise: Option<Head>,
     ops: &[StagedOp],
 ) -> Result<CommitOutcome> {
+    prepare(store, premise, ops).await?.commit(store).await
+}
+
+/// A commit translated into an open store transaction and not yet
+/// committed. Two of these prepared from one head both pass the premise
+/// check; the store transaction's write-write conflict detection then fails
+/// whichever commits second (both rewrite `sys/head`).
+pub struct PreparedCommit {
+    txn: StoreTxn,
+    outcome: CommitOutcome,
+}
+
+/// Opens a store transaction, checks the premise through it and writes the
+/// translated operations into it.
+pub async fn prepare(
+    store: &Store,
+    premise: Option<Head>,
+    ops: &[StagedOp],
+) -> Result<PreparedCommit> {
     let txn = store.begin()?;
     let head = match txn.get(keys::SYS_HEAD).await? {
         Some(bytes) => Some(Head::decode(&bytes)?),
@@ -99,15 +120,27 @@ pub async fn commit(
     t.check_embedded_deletes()?;
     t.apply_inline_deletes().await?;
     t.write_new_chunks().await?;
-    let outcome = t.advance_head(ops)?;
+    let outcome = t.advance_head(ops).await?;
     for (key, entry) in &t.working {
         match entry {
             Some((tag, record)) => txn.put(key, &encode_record(*tag, record))?,
             None => txn.delete(key)?,
         }
     }
-    store.commit(txn).await?;
-    Ok(outcome)
+    Ok(PreparedCommit { txn, outcome })
+}
+
+impl PreparedCommit {
+    /// What the commit will do once it lands.
+    pub fn outcome(&self) -> CommitOutcome {
+        self.outcome
+    }
+
+    /// Commits the store transaction and waits until it is durable.
+    pub async fn commit(self, store: &Store) -> Result<CommitOutcome> {
+        store.commit(self.txn).await?;
+        Ok(self.outcome)
+    }
 }
 
 fn describe(head: Option<Head>) -> String {
@@ -419,6 +452,37 @@ impl Translator<'_> {
         }
     }
 
+    /// A row-id statistics backfill without a snapshot derives from an
+    /// immutable active data file (RFC 0007): one this commit's view holds
+    /// live under `current`. Statistics for an ended or unknown file would
+    /// be a catalog change, and those mint a snapshot.
+    async fn check_row_id_statistics(&mut self, ops: &[StagedOp]) -> Result<()> {
+        for op in ops {
+            let StagedOp::Insert {
+                table: TableRef::Fixed(Kind::FileColumnStats),
+                row,
+            } = op
+            else {
+                continue;
+            };
+            let mut file = vec![Cell::Null; Kind::DataFile.def().columns.len()];
+            file[column!(DataFile, data_file_id)] =
+                row[column!(FileColumnStats, data_file_id)].clone();
+            file[column!(DataFile, table_id)] = row[column!(FileColumnStats, table_id)].clone();
+            let key = catalog::location(Kind::DataFile, &file)?;
+            if self.load(&key, Kind::DataFile.tag()).await?.is_none() {
+                return Err(Error::Constraint(format!(
+                    "ducklake_file_column_stats: row-id statistics for data file {:?} of table {:?} \
+                     without a snapshot are accepted only for an active data file, and this one is \
+                     ended or does not exist",
+                    row[column!(FileColumnStats, data_file_id)],
+                    row[column!(FileColumnStats, table_id)]
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Every parent an embedded delete found live is deleted by this commit.
     fn check_embedded_deletes(&self) -> Result<()> {
         for (parent, key) in &self.orphaning {
@@ -695,7 +759,7 @@ impl Translator<'_> {
         Ok(())
     }
 
-    fn advance_head(&mut self, ops: &[StagedOp]) -> Result<CommitOutcome> {
+    async fn advance_head(&mut self, ops: &[StagedOp]) -> Result<CommitOutcome> {
         let batch_count = self.head.map_or(0, |h| h.batch_count) + 1;
         if self.bootstrap {
             if self.head.is_some() {
@@ -741,6 +805,7 @@ impl Translator<'_> {
                         op.table().name()
                     )));
                 }
+                self.check_row_id_statistics(ops).await?;
                 CommitOutcome::HeadPreserving(Head {
                     snapshot_id: head.snapshot_id,
                     batch_count,
