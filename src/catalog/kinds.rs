@@ -730,6 +730,20 @@ macro_rules! column {
     };
 }
 
+/// A row of a kind with the named columns set and every other column NULL:
+/// `catalog_row!(Schema { schema_id: Cell::Int(0), schema_name: name })`.
+#[macro_export]
+macro_rules! catalog_row {
+    ($kind:ident { $($name:ident: $value:expr),* $(,)? }) => {{
+        let mut row = vec![
+            $crate::catalog::Cell::Null;
+            $crate::catalog::Kind::$kind.def().columns.len()
+        ];
+        $( row[$crate::column!($kind, $name)] = $value; )*
+        row
+    }};
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
