@@ -62,31 +62,33 @@ async fn row_id_statistics_for_an_active_file_land_without_a_snapshot() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn row_id_statistics_for_an_ended_file_are_refused() {
-    let store = memory_store("row-id-ended").await;
-    history(&store).await; // file 10 ended at snapshot 3
+/// Commits one statistics insert with no snapshot over `history`, and
+/// checks it is refused with a terminal constraint error saying `why`, and
+/// that nothing of it landed.
+async fn assert_refused_without_a_snapshot(name: &str, row: Row, why: &str) {
+    let store = memory_store(name).await;
+    history(&store).await;
     let before = store_contents(&store).await;
-    let err = insert_stats_without_a_snapshot(&store, file_stats(10, ROW_ID_FIELD_ID))
+    let err = insert_stats_without_a_snapshot(&store, row)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Constraint(_)), "{err}");
-    assert!(err.to_string().contains("active data file"), "{err}");
+    assert!(err.to_string().contains(why), "{err}");
     assert!(!carries_retry_words(&err), "{}", err.message());
     assert_eq!(store_contents(&store).await, before, "nothing landed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row_id_statistics_for_an_ended_file_are_refused() {
+    // File 10 ended at snapshot 3.
+    let row = file_stats(10, ROW_ID_FIELD_ID);
+    assert_refused_without_a_snapshot("row-id-ended", row, "active data file").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row_id_statistics_for_an_unknown_file_are_refused() {
-    let store = memory_store("row-id-unknown").await;
-    history(&store).await;
-    let before = store_contents(&store).await;
-    let err = insert_stats_without_a_snapshot(&store, file_stats(99, ROW_ID_FIELD_ID))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, Error::Constraint(_)), "{err}");
-    assert!(err.to_string().contains("active data file"), "{err}");
-    assert_eq!(store_contents(&store).await, before, "nothing landed");
+    let row = file_stats(99, ROW_ID_FIELD_ID);
+    assert_refused_without_a_snapshot("row-id-unknown", row, "active data file").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,20 +111,10 @@ async fn row_id_statistics_for_a_file_the_same_commit_deletes_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ordinary_file_statistics_without_a_snapshot_are_refused() {
-    let store = memory_store("ordinary-stats").await;
-    history(&store).await;
-    let before = store_contents(&store).await;
     // Column 2 of the live file 11: an ordinary statistic, not the row-id field.
-    let err = insert_stats_without_a_snapshot(&store, file_stats(11, 2))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, Error::Constraint(_)), "{err}");
-    assert!(
-        err.to_string().contains("inserts no ducklake_snapshot row"),
-        "{err}"
-    );
-    assert!(!carries_retry_words(&err), "{}", err.message());
-    assert_eq!(store_contents(&store).await, before, "nothing landed");
+    let row = file_stats(11, 2);
+    let why = "inserts no ducklake_snapshot row";
+    assert_refused_without_a_snapshot("ordinary-stats", row, why).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

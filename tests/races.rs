@@ -50,89 +50,106 @@ fn assert_lost_a_race(err: &Error) {
     assert!(carries_retry_words(err), "{}", err.message());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_maintenance_commit_racing_an_ordinary_one_loses_at_the_premise() {
-    let store = memory_store("race-premise-maintenance-loses").await;
+#[derive(Clone, Copy, PartialEq)]
+enum Winner {
+    Maintenance,
+    Ordinary,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum CaughtBy {
+    /// The loser opens its store transaction after the winner committed.
+    Premise,
+    /// Both store transactions are open (and past the premise) before
+    /// either commits.
+    StoreTransaction,
+}
+
+/// Races a maintenance commit against an ordinary one from the same head;
+/// checks the winner's outcome, the loser's error and that the store holds
+/// exactly what the winner alone left.
+async fn race(name: &str, winner: Winner, caught_by: CaughtBy) {
+    let store = memory_store(name).await;
     history(&store).await;
-    let mut maintenance = staged_maintenance(&store).await;
+    let maintenance = staged_maintenance(&store).await;
     let mut ordinary = staged_ordinary(&store).await;
     ordinary.premise().await.unwrap();
-    assert_eq!(ordinary.commit().await.unwrap(), CommitOutcome::Snapshot(5));
-    let winner_alone = store_contents(&store).await;
-
-    let err = maintenance.commit().await.unwrap_err();
+    let (mut winning, mut losing) = match winner {
+        Winner::Maintenance => (maintenance, ordinary),
+        Winner::Ordinary => (ordinary, maintenance),
+    };
+    let (outcome, err) = match caught_by {
+        CaughtBy::Premise => {
+            let outcome = winning.commit().await.unwrap();
+            let winner_alone = store_contents(&store).await;
+            let err = losing.commit().await.unwrap_err();
+            assert_eq!(store_contents(&store).await, winner_alone);
+            (outcome, err)
+        }
+        CaughtBy::StoreTransaction => {
+            let winning = prepare(&mut winning).await.unwrap();
+            let losing = prepare(&mut losing).await.unwrap();
+            let outcome = winning.commit(&store).await.unwrap();
+            let winner_alone = store_contents(&store).await;
+            let err = losing.commit(&store).await.unwrap_err();
+            assert_eq!(store_contents(&store).await, winner_alone);
+            (outcome, err)
+        }
+    };
+    match winner {
+        // The head keeps snapshot 4, but its batch count moves: still a lost race.
+        Winner::Maintenance => assert!(
+            matches!(outcome, CommitOutcome::HeadPreserving(h) if h.snapshot_id == 4),
+            "{outcome:?}"
+        ),
+        Winner::Ordinary => assert_eq!(outcome, CommitOutcome::Snapshot(5)),
+    }
     assert_lost_a_race(&err);
-    assert!(err.to_string().contains("moved"), "{err}");
-    assert_eq!(store_contents(&store).await, winner_alone);
+    let wording = match caught_by {
+        CaughtBy::Premise => "moved",
+        CaughtBy::StoreTransaction => "another commit landed first",
+    };
+    assert!(err.to_string().contains(wording), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maintenance_commit_racing_an_ordinary_one_loses_at_the_premise() {
+    race(
+        "maintenance-loses-premise",
+        Winner::Ordinary,
+        CaughtBy::Premise,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ordinary_commit_racing_a_maintenance_one_loses_at_the_premise() {
-    let store = memory_store("race-premise-ordinary-loses").await;
-    history(&store).await;
-    let mut maintenance = staged_maintenance(&store).await;
-    let mut ordinary = staged_ordinary(&store).await;
-    ordinary.premise().await.unwrap();
-    let outcome = maintenance.commit().await.unwrap();
-    assert!(
-        matches!(outcome, CommitOutcome::HeadPreserving(h) if h.snapshot_id == 4),
-        "{outcome:?}"
-    );
-    let winner_alone = store_contents(&store).await;
-
-    // The head kept snapshot 4, but its batch count moved: still a lost race.
-    let err = ordinary.commit().await.unwrap_err();
-    assert_lost_a_race(&err);
-    assert!(err.to_string().contains("moved"), "{err}");
-    assert_eq!(store_contents(&store).await, winner_alone);
+    race(
+        "ordinary-loses-premise",
+        Winner::Maintenance,
+        CaughtBy::Premise,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_maintenance_commit_racing_an_ordinary_one_loses_at_the_store_transaction() {
-    let store = memory_store("race-txn-maintenance-loses").await;
-    history(&store).await;
-    let mut maintenance = staged_maintenance(&store).await;
-    let mut ordinary = staged_ordinary(&store).await;
-    // Both pass the premise check: neither has committed yet.
-    let maintenance = prepare(&mut maintenance).await.unwrap();
-    let ordinary = prepare(&mut ordinary).await.unwrap();
-    assert_eq!(
-        ordinary.commit(&store).await.unwrap(),
-        CommitOutcome::Snapshot(5)
-    );
-    let winner_alone = store_contents(&store).await;
-
-    let err = maintenance.commit(&store).await.unwrap_err();
-    assert_lost_a_race(&err);
-    assert!(
-        err.to_string().contains("another commit landed first"),
-        "{err}"
-    );
-    assert_eq!(store_contents(&store).await, winner_alone);
+    race(
+        "maintenance-loses-txn",
+        Winner::Ordinary,
+        CaughtBy::StoreTransaction,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ordinary_commit_racing_a_maintenance_one_loses_at_the_store_transaction() {
-    let store = memory_store("race-txn-ordinary-loses").await;
-    history(&store).await;
-    let mut maintenance = staged_maintenance(&store).await;
-    let mut ordinary = staged_ordinary(&store).await;
-    let maintenance = prepare(&mut maintenance).await.unwrap();
-    let ordinary = prepare(&mut ordinary).await.unwrap();
-    let outcome = maintenance.commit(&store).await.unwrap();
-    assert!(
-        matches!(outcome, CommitOutcome::HeadPreserving(_)),
-        "{outcome:?}"
-    );
-    let winner_alone = store_contents(&store).await;
-
-    let err = ordinary.commit(&store).await.unwrap_err();
-    assert_lost_a_race(&err);
-    assert!(
-        err.to_string().contains("another commit landed first"),
-        "{err}"
-    );
-    assert_eq!(store_contents(&store).await, winner_alone);
+    race(
+        "ordinary-loses-txn",
+        Winner::Maintenance,
+        CaughtBy::StoreTransaction,
+    )
+    .await;
 }
 
 /// The write-write path on its own: two ordinary commits prepared from one

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use moraine::catalog::Kind;
-use moraine::embed::Catalog;
+use moraine::embed::{Catalog, Mutation};
 use moraine::staged::StagedTransaction;
 use moraine::Error;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -108,6 +108,44 @@ async fn expire_snapshot(c: &Catalog, id: i64) {
     tx.commit().await.unwrap();
 }
 
+/// Races a victim (a data file for table `a`) against an interloper that
+/// commits `hidden`, then a data file for table `b`, then expires `hidden`'s
+/// snapshot, so the victim's base is followed by a gap. Returns the victim's
+/// result and the store as the interloper left it.
+async fn race_across_an_expired_gap<F>(
+    c: &Arc<Catalog>,
+    a: i64,
+    b: i64,
+    hidden: F,
+) -> (Result<i64, Error>, Vec<(Vec<u8>, Vec<u8>)>)
+where
+    F: Fn(&mut Mutation) + Send + Sync + 'static,
+{
+    let interloper_left = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let left = interloper_left.clone();
+    let result = race(c, a, move |c| {
+        tokio::spawn(async move {
+            let hidden = c.commit(|m, _| {
+                hidden(m);
+                Ok(())
+            });
+            let hidden = hidden.await.unwrap();
+            c.commit(|m, _| {
+                m.add_data_file(b, "g.parquet", 5, 500, 0);
+                Ok(())
+            })
+            .await
+            .unwrap();
+            expire_snapshot(&c, hidden).await;
+            *left.lock().unwrap() = store_contents(c.store()).await;
+        })
+    })
+    .await;
+    let left = interloper_left.lock().unwrap().clone();
+    assert!(!left.is_empty());
+    (result, left)
+}
+
 /// An expired snapshot between the victim's base and the head took its
 /// changes with it, so the victim cannot tell whether it overlapped. Here it
 /// did: it dropped the victim's table. Treating the gap as benign would land
@@ -118,33 +156,15 @@ async fn verb_retry_across_an_expired_gap_that_hid_an_overlap_reports_a_conflict
     let c = catalog("expired-overlap").await;
     let a = new_table(&c, "a").await;
     let b = new_table(&c, "b").await;
-    let before_victim = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let interloper_left = before_victim.clone();
-    let result = race(&c, a, move |c| {
-        tokio::spawn(async move {
-            let dropped = c.commit(|m, _| {
-                m.drop_table(a);
-                Ok(())
-            });
-            let dropped = dropped.await.unwrap();
-            c.commit(|m, _| {
-                m.add_data_file(b, "g.parquet", 5, 500, 0);
-                Ok(())
-            })
-            .await
-            .unwrap();
-            expire_snapshot(&c, dropped).await;
-            *interloper_left.lock().unwrap() = store_contents(c.store()).await;
-        })
+    let (result, interloper_left) = race_across_an_expired_gap(&c, a, b, move |m| {
+        m.drop_table(a);
     })
     .await;
     let err = result.unwrap_err();
     assert!(matches!(err, Error::Conflict(_)), "{err:?}");
     assert!(carries_retry_words(&err), "{}", err.message());
     assert!(err.to_string().contains("expired"), "{err}");
-    let before_victim = before_victim.lock().unwrap().clone();
-    assert!(!before_victim.is_empty());
-    assert_eq!(store_contents(c.store()).await, before_victim);
+    assert_eq!(store_contents(c.store()).await, interloper_left);
     let head = c.head().await.unwrap();
     assert!(
         !head.tables[&Kind::DataFile].iter().any(|r| r[1] == int(a)),
@@ -153,33 +173,21 @@ async fn verb_retry_across_an_expired_gap_that_hid_an_overlap_reports_a_conflict
 }
 
 /// The same gap with an unrelated change in it: the victim still cannot
-/// see that, so it reports the conflict (never corruption); its next
-/// commit, based after the gap, lands.
+/// see that, so it reports the conflict (never corruption) and lands
+/// nothing; its next commit, based after the gap, lands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn verb_retry_across_an_expired_gap_reports_a_conflict_and_the_next_commit_lands() {
     let c = catalog("expired-unrelated").await;
     let a = new_table(&c, "a").await;
     let b = new_table(&c, "b").await;
-    let result = race(&c, a, move |c| {
-        tokio::spawn(async move {
-            let first = c.commit(|m, _| {
-                m.add_data_file(b, "g1.parquet", 5, 500, 0);
-                Ok(())
-            });
-            let first = first.await.unwrap();
-            c.commit(|m, _| {
-                m.add_data_file(b, "g2.parquet", 5, 500, 5);
-                Ok(())
-            })
-            .await
-            .unwrap();
-            expire_snapshot(&c, first).await;
-        })
+    let (result, interloper_left) = race_across_an_expired_gap(&c, a, b, move |m| {
+        m.add_data_file(b, "g0.parquet", 5, 500, 5);
     })
     .await;
     let err = result.unwrap_err();
     assert!(matches!(err, Error::Conflict(_)), "{err:?}");
     assert!(err.to_string().contains("expired"), "{err}");
+    assert_eq!(store_contents(c.store()).await, interloper_left);
     let landed = c
         .commit(|m, _| {
             m.add_data_file(a, "f.parquet", 10, 1000, 0);

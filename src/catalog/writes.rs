@@ -13,6 +13,9 @@ use crate::store::StoreTxn;
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 
+/// The records found under one prefix read ahead, by key.
+type ReadAhead = HashMap<Vec<u8>, Bytes>;
+
 pub struct WriteSet<'a> {
     txn: &'a StoreTxn,
     /// Every key this commit touches: `None` deletes it.
@@ -21,7 +24,7 @@ pub struct WriteSet<'a> {
     /// records of one kind (an expiry deletes thousands): one scan instead of
     /// a point read per record. A key under a prefix here that the map lacks
     /// does not exist.
-    read_ahead: Vec<(Vec<u8>, HashMap<Vec<u8>, Bytes>)>,
+    read_ahead: Vec<(Vec<u8>, ReadAhead)>,
 }
 
 impl<'a> WriteSet<'a> {
