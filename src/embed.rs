@@ -6,12 +6,14 @@
 //! counters, and writes `changes_made` in DuckLake's own grammar so DuckLake
 //! reads these commits like its own. A lost race is retried internally, with
 //! bounded back-off, when the commits that landed in between touched other
-//! tables; an overlapping race returns [`Error::Conflict`].
+//! tables; an overlapping race returns [`Error::Conflict`], and so does one
+//! whose commits in between were expired before their changes could be read.
 
 use crate::catalog::{self, Cell, Dump, Kind, Row, TableRef};
 use crate::error::{Error, Result};
 use crate::staged::{CommitOutcome, StagedTransaction};
 use crate::store::{Store, StoreSettings, StoreUri};
+use crate::{catalog_row, column};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +33,8 @@ pub struct Mutation {
     next_file_id: i64,
     now_micros: i64,
     inserts: Vec<(Kind, Row)>,
-    ends: Vec<(Kind, i64)>,
+    /// Tables whose live version this mutation ends.
+    dropped_tables: Vec<i64>,
     changes: Vec<String>,
     /// Table ids and new table names this mutation touches.
     touched_ids: BTreeSet<i64>,
@@ -40,9 +43,9 @@ pub struct Mutation {
 
 impl Mutation {
     fn new(head_row: &Row) -> Result<Mutation> {
-        let int = |i: usize| {
+        let int = |at: usize| {
             head_row
-                .get(i)
+                .get(at)
                 .and_then(Cell::as_int)
                 .ok_or_else(|| Error::corruption("head snapshot row is incomplete"))
         };
@@ -51,14 +54,14 @@ impl Mutation {
             .map(|d| d.as_micros() as i64)
             .unwrap_or_default();
         Ok(Mutation {
-            snapshot_id: int(0)? + 1,
-            schema_version: int(2)?,
+            snapshot_id: int(column!(Snapshot, snapshot_id))? + 1,
+            schema_version: int(column!(Snapshot, schema_version))?,
             schema_changed: false,
-            next_catalog_id: int(3)?,
-            next_file_id: int(4)?,
+            next_catalog_id: int(column!(Snapshot, next_catalog_id))?,
+            next_file_id: int(column!(Snapshot, next_file_id))?,
             now_micros: now,
             inserts: Vec::new(),
-            ends: Vec::new(),
+            dropped_tables: Vec::new(),
             changes: Vec::new(),
             touched_ids: BTreeSet::new(),
             touched_names: BTreeSet::new(),
@@ -75,15 +78,14 @@ impl Mutation {
         let uuid = uuid::Uuid::new_v4().to_string();
         self.inserts.push((
             Kind::Schema,
-            vec![
-                Cell::Int(id),
-                Cell::Text(uuid),
-                Cell::Int(self.snapshot_id),
-                Cell::Null,
-                Cell::Text(name.into()),
-                Cell::Text(format!("{name}/")),
-                Cell::Bool(true),
-            ],
+            catalog_row!(Schema {
+                schema_id: Cell::Int(id),
+                schema_uuid: Cell::Text(uuid),
+                begin_snapshot: Cell::Int(self.snapshot_id),
+                schema_name: Cell::Text(name.into()),
+                path: Cell::Text(format!("{name}/")),
+                path_is_relative: Cell::Bool(true),
+            }),
         ));
         self.schema_changed = true;
         self.changes.push(format!("created_schema:\"{name}\""));
@@ -102,36 +104,29 @@ impl Mutation {
         let uuid = uuid::Uuid::new_v4().to_string();
         self.inserts.push((
             Kind::Table,
-            vec![
-                Cell::Int(id),
-                Cell::Text(uuid),
-                Cell::Int(self.snapshot_id),
-                Cell::Null,
-                Cell::Int(schema_id),
-                Cell::Text(name.into()),
-                Cell::Text(format!("{name}/")),
-                Cell::Bool(true),
-            ],
+            catalog_row!(Table {
+                table_id: Cell::Int(id),
+                table_uuid: Cell::Text(uuid),
+                begin_snapshot: Cell::Int(self.snapshot_id),
+                schema_id: Cell::Int(schema_id),
+                table_name: Cell::Text(name.into()),
+                path: Cell::Text(format!("{name}/")),
+                path_is_relative: Cell::Bool(true),
+            }),
         ));
         for (order, (column, ty)) in columns.iter().enumerate() {
             let column_id = self.catalog_id();
             self.inserts.push((
                 Kind::Column,
-                vec![
-                    Cell::Int(column_id),
-                    Cell::Int(self.snapshot_id),
-                    Cell::Null,
-                    Cell::Int(id),
-                    Cell::Int(order as i64),
-                    Cell::Text((*column).into()),
-                    Cell::Text((*ty).into()),
-                    Cell::Null,
-                    Cell::Null,
-                    Cell::Bool(true),
-                    Cell::Null,
-                    Cell::Null,
-                    Cell::Null,
-                ],
+                catalog_row!(Column {
+                    column_id: Cell::Int(column_id),
+                    begin_snapshot: Cell::Int(self.snapshot_id),
+                    table_id: Cell::Int(id),
+                    column_order: Cell::Int(order as i64),
+                    column_name: Cell::Text((*column).into()),
+                    column_type: Cell::Text((*ty).into()),
+                    nulls_allowed: Cell::Bool(true),
+                }),
             ));
         }
         self.schema_changed = true;
@@ -155,24 +150,18 @@ impl Mutation {
         self.next_file_id += 1;
         self.inserts.push((
             Kind::DataFile,
-            vec![
-                Cell::Int(id),
-                Cell::Int(table_id),
-                Cell::Int(self.snapshot_id),
-                Cell::Null,
-                Cell::Null,
-                Cell::Text(path.into()),
-                Cell::Bool(true),
-                Cell::Text("parquet".into()),
-                Cell::Int(record_count),
-                Cell::Int(file_size_bytes),
-                Cell::Int(0),
-                Cell::Int(row_id_start),
-                Cell::Null,
-                Cell::Null,
-                Cell::Null,
-                Cell::Null,
-            ],
+            catalog_row!(DataFile {
+                data_file_id: Cell::Int(id),
+                table_id: Cell::Int(table_id),
+                begin_snapshot: Cell::Int(self.snapshot_id),
+                path: Cell::Text(path.into()),
+                path_is_relative: Cell::Bool(true),
+                file_format: Cell::Text("parquet".into()),
+                record_count: Cell::Int(record_count),
+                file_size_bytes: Cell::Int(file_size_bytes),
+                footer_size: Cell::Int(0),
+                row_id_start: Cell::Int(row_id_start),
+            }),
         ));
         self.touched_ids.insert(table_id);
         self.changes.push(format!("inserted_into_table:{table_id}"));
@@ -181,7 +170,7 @@ impl Mutation {
 
     /// Ends the live version of a table (DROP TABLE).
     pub fn drop_table(&mut self, table_id: i64) {
-        self.ends.push((Kind::Table, table_id));
+        self.dropped_tables.push(table_id);
         self.schema_changed = true;
         self.touched_ids.insert(table_id);
         self.changes.push(format!("dropped_table:{table_id}"));
@@ -218,27 +207,29 @@ impl Catalog {
         let t = |s: &str| Cell::Text(s.to_string());
         tx.stage_insert(
             TableRef::Fixed(Kind::Snapshot),
-            vec![vec![
-                Cell::Int(0),
-                Cell::Int(now),
-                Cell::Int(0),
-                Cell::Int(1),
-                Cell::Int(0),
-            ]],
+            vec![catalog_row!(Snapshot {
+                snapshot_id: Cell::Int(0),
+                snapshot_time: Cell::Int(now),
+                schema_version: Cell::Int(0),
+                next_catalog_id: Cell::Int(1),
+                next_file_id: Cell::Int(0),
+            })],
         )
         .await?;
         tx.stage_insert(
             TableRef::Fixed(Kind::SnapshotChanges),
-            vec![vec![
-                Cell::Int(0),
-                t("created_schema:\"main\""),
-                Cell::Null,
-                Cell::Null,
-                Cell::Null,
-            ]],
+            vec![catalog_row!(SnapshotChanges {
+                snapshot_id: Cell::Int(0),
+                changes_made: t("created_schema:\"main\""),
+            })],
         )
         .await?;
-        let meta = |k: &str, v: &str| vec![t(k), t(v), Cell::Null, Cell::Null];
+        let meta = |k: &str, v: &str| {
+            catalog_row!(Metadata {
+                key: t(k),
+                value: t(v)
+            })
+        };
         tx.stage_insert(
             TableRef::Fixed(Kind::Metadata),
             vec![
@@ -251,15 +242,14 @@ impl Catalog {
         .await?;
         tx.stage_insert(
             TableRef::Fixed(Kind::Schema),
-            vec![vec![
-                Cell::Int(0),
-                t(&uuid::Uuid::new_v4().to_string()),
-                Cell::Int(0),
-                Cell::Null,
-                t("main"),
-                t("main/"),
-                Cell::Bool(true),
-            ]],
+            vec![catalog_row!(Schema {
+                schema_id: Cell::Int(0),
+                schema_uuid: t(&uuid::Uuid::new_v4().to_string()),
+                begin_snapshot: Cell::Int(0),
+                schema_name: t("main"),
+                path: t("main/"),
+                path_is_relative: Cell::Bool(true),
+            })],
         )
         .await?;
         match tx.commit().await {
@@ -310,10 +300,10 @@ impl Catalog {
                     )))
                 }
                 Err(Error::Conflict(why)) => {
-                    if !self.race_was_benign(premise.snapshot_id, &mutation).await? {
-                        return Err(Error::Conflict(format!(
-                            "a concurrent commit touched the same tables: {why}"
-                        )));
+                    if let Some(overlap) =
+                        self.overlap_since(premise.snapshot_id, &mutation).await?
+                    {
+                        return Err(Error::Conflict(format!("{overlap}: {why}")));
                     }
                     if attempt == MAX_ATTEMPTS {
                         break;
@@ -329,34 +319,66 @@ impl Catalog {
         )))
     }
 
-    /// Whether every commit after `base` touched only other tables. A
-    /// snapshot record missing in between means an expiry ran: that is a
-    /// refresh, never corruption.
-    async fn race_was_benign(&self, base: i64, mutation: &Mutation) -> Result<bool> {
+    /// Why the commits after `base` may have touched what `mutation`
+    /// touches, or `None` when every one of them touched only other tables.
+    ///
+    /// Like DuckLake's own conflict check, this reads the `changes_made` of
+    /// every snapshot after the base. A snapshot in between that an expiry
+    /// removed took its changes with it, so whether it overlapped cannot be
+    /// known: that is reported as a conflict for the caller to re-read and
+    /// retry, never as corruption and never retried blind.
+    async fn overlap_since(&self, base: i64, mutation: &Mutation) -> Result<Option<String>> {
         let mut tx = StagedTransaction::new(self.store.clone());
+        let head = tx
+            .premise()
+            .await?
+            .ok_or_else(|| Error::NotFound("the catalog is not initialised".into()))?;
         let changes = tx
             .visible_rows(TableRef::Fixed(Kind::SnapshotChanges))
             .await?;
-        for row in changes
-            .iter()
-            .filter(|r| r[0].as_int().is_some_and(|s| s > base))
-        {
-            for token in row[1].as_text().unwrap_or_default().split(',') {
+        let mut seen = BTreeSet::new();
+        for row in changes.iter() {
+            let Some(snapshot_id) = row[column!(SnapshotChanges, snapshot_id)]
+                .as_int()
+                .filter(|s| *s > base)
+            else {
+                continue;
+            };
+            seen.insert(snapshot_id);
+            for token in row[column!(SnapshotChanges, changes_made)]
+                .as_text()
+                .unwrap_or_default()
+                .split(',')
+            {
                 let Some((what, arg)) = token.split_once(':') else {
                     continue;
                 };
                 if what.starts_with("created_table") {
                     if mutation.touched_names.contains(&arg.replace('"', "")) {
-                        return Ok(false);
+                        return Ok(Some(format!(
+                            "snapshot {snapshot_id} created a table of the same name"
+                        )));
                     }
                 } else if let Ok(id) = arg.parse::<i64>() {
                     if what.contains("table") && mutation.touched_ids.contains(&id) {
-                        return Ok(false);
+                        return Ok(Some(format!(
+                            "snapshot {snapshot_id} touched table {id} too ({what})"
+                        )));
                     }
                 }
             }
         }
-        Ok(true)
+        let expired: Vec<i64> = (base + 1..=head.snapshot_id)
+            .filter(|s| !seen.contains(s))
+            .collect();
+        if !expired.is_empty() {
+            return Ok(Some(format!(
+                "snapshots {expired:?}, committed after this commit's base snapshot {base}, were \
+                 expired before their changes could be checked against this commit; re-read the \
+                 catalog and commit again"
+            )));
+        }
+        Ok(None)
     }
 }
 
@@ -364,25 +386,27 @@ async fn stage(tx: &mut StagedTransaction, base: &Dump, m: &Mutation) -> Result<
     let schema_version = m.schema_version + i64::from(m.schema_changed);
     tx.stage_insert(
         TableRef::Fixed(Kind::Snapshot),
-        vec![vec![
-            Cell::Int(m.snapshot_id),
-            Cell::Int(m.now_micros),
-            Cell::Int(schema_version),
-            Cell::Int(m.next_catalog_id),
-            Cell::Int(m.next_file_id),
-        ]],
+        vec![catalog_row!(Snapshot {
+            snapshot_id: Cell::Int(m.snapshot_id),
+            snapshot_time: Cell::Int(m.now_micros),
+            schema_version: Cell::Int(schema_version),
+            next_catalog_id: Cell::Int(m.next_catalog_id),
+            next_file_id: Cell::Int(m.next_file_id),
+        })],
     )
     .await?;
-    for (kind, id) in &m.ends {
-        let (base_id, rows) = tx.scan(TableRef::Fixed(*kind)).await?;
+    for id in &m.dropped_tables {
+        const TABLE_ID: usize = column!(Table, table_id);
+        const END_SNAPSHOT: usize = column!(Table, end_snapshot);
+        let (base_id, rows) = tx.scan(TableRef::Fixed(Kind::Table)).await?;
         let at = rows
             .iter()
-            .position(|r| r[0] == Cell::Int(*id) && r[3].is_null())
-            .ok_or_else(|| Error::NotFound(format!("{} {id} is not live", kind.def().name)))?;
+            .position(|r| r[TABLE_ID] == Cell::Int(*id) && r[END_SNAPSHOT].is_null())
+            .ok_or_else(|| Error::NotFound(format!("table {id} is not live")))?;
         tx.stage_update(
-            TableRef::Fixed(*kind),
+            TableRef::Fixed(Kind::Table),
             &[base_id + at as i64],
-            &[3],
+            &[END_SNAPSHOT],
             vec![vec![Cell::Int(m.snapshot_id)]],
         )
         .await?;
@@ -393,22 +417,23 @@ async fn stage(tx: &mut StagedTransaction, base: &Dump, m: &Mutation) -> Result<
     }
     if m.schema_changed {
         let mut tables: BTreeSet<i64> = m.touched_ids.clone();
+        const TABLE_ID: usize = column!(Table, table_id);
         tables.retain(|t| {
             base.tables[&Kind::Table]
                 .iter()
-                .any(|r| r[0] == Cell::Int(*t))
+                .any(|r| r[TABLE_ID] == Cell::Int(*t))
                 || m.inserts
                     .iter()
-                    .any(|(k, r)| *k == Kind::Table && r[0] == Cell::Int(*t))
+                    .any(|(k, r)| *k == Kind::Table && r[TABLE_ID] == Cell::Int(*t))
         });
         let rows = tables
             .into_iter()
             .map(|t| {
-                vec![
-                    Cell::Int(m.snapshot_id),
-                    Cell::Int(schema_version),
-                    Cell::Int(t),
-                ]
+                catalog_row!(SchemaVersions {
+                    begin_snapshot: Cell::Int(m.snapshot_id),
+                    schema_version: Cell::Int(schema_version),
+                    table_id: Cell::Int(t),
+                })
             })
             .collect();
         tx.stage_insert(TableRef::Fixed(Kind::SchemaVersions), rows)
@@ -416,13 +441,10 @@ async fn stage(tx: &mut StagedTransaction, base: &Dump, m: &Mutation) -> Result<
     }
     tx.stage_insert(
         TableRef::Fixed(Kind::SnapshotChanges),
-        vec![vec![
-            Cell::Int(m.snapshot_id),
-            Cell::Text(m.changes.join(",")),
-            Cell::Null,
-            Cell::Null,
-            Cell::Null,
-        ]],
+        vec![catalog_row!(SnapshotChanges {
+            snapshot_id: Cell::Int(m.snapshot_id),
+            changes_made: Cell::Text(m.changes.join(",")),
+        })],
     )
     .await
 }

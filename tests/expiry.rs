@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use moraine::catalog::{self, Kind, TableRef};
+use moraine::catalog::{self, Kind, Row, TableRef};
 use moraine::staged::{CommitOutcome, StagedTransaction};
 use moraine::store::keys::{self, Subspace};
 use moraine::Error;
@@ -134,7 +134,9 @@ async fn delete_inline(store: &StoreRef, selection: &[(i64, i64)]) -> Result<Com
     tx.commit().await
 }
 
-async fn chunks(store: &StoreRef) -> Vec<(i64, i64, Vec<i64>)> {
+/// Every chunk of `ducklake_inlined_data_1_1` as stored: (begin snapshot,
+/// sequence, rows `[row_id, user value]`).
+async fn chunks(store: &StoreRef) -> Vec<(i64, i64, Vec<Row>)> {
     let view = store.snapshot().await.unwrap();
     let mut out = Vec::new();
     for (key, value) in store
@@ -143,14 +145,34 @@ async fn chunks(store: &StoreRef) -> Vec<(i64, i64, Vec<i64>)> {
         .unwrap()
     {
         let (begin, seq) = moraine::inline::chunk_coordinates(&key).unwrap();
-        let ids = moraine::inline::decode_chunk(&value)
-            .unwrap()
-            .iter()
-            .map(|r| r[0].as_int().unwrap())
-            .collect();
-        out.push((begin, seq, ids));
+        out.push((begin, seq, moraine::inline::decode_chunk(&value).unwrap()));
     }
     out
+}
+
+/// The chunk `(begin, seq)` holding exactly these row ids with their own
+/// user values.
+fn chunk(begin: i64, seq: i64, ids: impl IntoIterator<Item = i64>) -> (i64, i64, Vec<Row>) {
+    let rows = ids
+        .into_iter()
+        .map(|id| vec![int(id), inline_value(id, begin)])
+        .collect();
+    (begin, seq, rows)
+}
+
+/// What a scan of the inlined table serves: every surviving version with its
+/// user value, in insertion order.
+async fn assert_scan_serves(store: &StoreRef, versions: &[(i64, i64)]) {
+    let mut tx = StagedTransaction::new(store.clone());
+    let rows = tx
+        .visible_rows(TableRef::parse(INLINED).unwrap())
+        .await
+        .unwrap();
+    let expected: Vec<Row> = versions
+        .iter()
+        .map(|(id, begin)| inline_row(*id, *begin))
+        .collect();
+    assert_eq!(rows.as_ref(), &expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,11 +180,17 @@ async fn inline_partial_selection_rewrites_contiguous_runs() {
     let store = memory_store("inline-partial").await;
     inline_history(&store).await;
     delete_inline(&store, &[(2, 1), (3, 1)]).await.unwrap();
-    // Survivors 0,1 keep sequence 0; 4,5 take the next free sequence.
+    // Survivors 0,1 keep sequence 0; 4,5 take the next free sequence; each
+    // keeps its own user value.
     assert_eq!(
         chunks(&store).await,
-        vec![(1, 0, vec![0, 1]), (1, 1, vec![4, 5]), (2, 0, vec![6, 7])]
+        vec![
+            chunk(1, 0, [0, 1]),
+            chunk(1, 1, [4, 5]),
+            chunk(2, 0, [6, 7])
+        ]
     );
+    assert_scan_serves(&store, &[(0, 1), (1, 1), (4, 1), (5, 1), (6, 2), (7, 2)]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,7 +198,8 @@ async fn inline_whole_chunk_selection_removes_the_chunk() {
     let store = memory_store("inline-whole").await;
     inline_history(&store).await;
     delete_inline(&store, &[(6, 2), (7, 2)]).await.unwrap();
-    assert_eq!(chunks(&store).await, vec![(1, 0, vec![0, 1, 2, 3, 4, 5])]);
+    assert_eq!(chunks(&store).await, vec![chunk(1, 0, 0..6)]);
+    assert_scan_serves(&store, &[(0, 1), (1, 1), (2, 1), (3, 1), (4, 1), (5, 1)]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,7 +214,62 @@ async fn inline_repeated_selection_is_deduplicated() {
     tx.commit().await.unwrap();
     assert_eq!(
         chunks(&store).await,
-        vec![(1, 0, vec![0, 1, 2, 3, 4, 5]), (2, 0, vec![6])]
+        vec![chunk(1, 0, 0..6), chunk(2, 0, [6])]
+    );
+    assert_scan_serves(
+        &store,
+        &[(0, 1), (1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (6, 2)],
+    )
+    .await;
+}
+
+/// A selection spread over several runs, with an ended survivor: every
+/// survivor keeps its row id, begin snapshot, end snapshot and user value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_rewrite_keeps_every_survivors_values_and_end() {
+    let store = memory_store("inline-values").await;
+    inline_history(&store).await;
+    // Snapshot 3 ends row 4 (an inlined delete), as DuckLake does.
+    let mut tx = StagedTransaction::new(store.clone());
+    let table = TableRef::parse(INLINED).unwrap();
+    let (base, rows) = tx.scan(table).await.unwrap();
+    let at = base + rows.iter().position(|r| r[0] == int(4)).unwrap() as i64;
+    stage(&mut tx, Kind::Snapshot, snapshot_row(3, 1, 2, 0)).await;
+    tx.stage_update(table, &[at], &[2], vec![vec![int(3)]])
+        .await
+        .unwrap();
+    stage(
+        &mut tx,
+        Kind::SnapshotChanges,
+        changes_row(3, "inlined_delete:1"),
+    )
+    .await;
+    tx.commit().await.unwrap();
+
+    delete_inline(&store, &[(1, 1), (3, 1), (6, 2)])
+        .await
+        .unwrap();
+    assert_eq!(
+        chunks(&store).await,
+        vec![
+            chunk(1, 0, [0]),
+            chunk(1, 1, [2]),
+            chunk(1, 2, [4, 5]),
+            chunk(2, 0, [7]),
+        ]
+    );
+    let mut ended = inline_row(4, 1);
+    ended[2] = int(3);
+    let mut check = StagedTransaction::new(store.clone());
+    assert_eq!(
+        check.visible_rows(table).await.unwrap().as_ref(),
+        &vec![
+            inline_row(0, 1),
+            inline_row(2, 1),
+            ended,
+            inline_row(5, 1),
+            inline_row(7, 2),
+        ]
     );
 }
 
@@ -216,7 +300,7 @@ async fn inline_missing_version_fails_the_transaction() {
     assert!(matches!(err, Error::NotFound(_)), "{err}");
     assert!(err.to_string().contains("inlined row 42"), "{err}");
     // Nothing landed: the real version is still there.
-    assert_eq!(chunks(&store).await[0], (1, 0, vec![0, 1, 2, 3, 4, 5]));
+    assert_eq!(chunks(&store).await[0], chunk(1, 0, 0..6));
 }
 
 /// The coverage guard's cross-check: after expiring every snapshot but the

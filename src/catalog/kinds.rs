@@ -112,7 +112,9 @@ const fn versioned(begin: usize, end: usize) -> Lifecycle {
     Lifecycle::Versioned { begin, end }
 }
 
-pub static TABLES: [TableDef; 28] = [
+/// The table descriptions, as a constant so that [`Kind::column`] can look
+/// columns up at compile time; [`TABLES`] is the one runtime copy.
+const DEFS: [TableDef; 28] = [
     TableDef {
         kind: Kind::Metadata,
         name: "ducklake_metadata",
@@ -597,6 +599,8 @@ pub static TABLES: [TableDef; 28] = [
     },
 ];
 
+pub static TABLES: [TableDef; 28] = DEFS;
+
 impl Kind {
     pub const ALL: [Kind; 28] = [
         Kind::Metadata,
@@ -632,6 +636,22 @@ impl Kind {
     pub fn def(self) -> &'static TableDef {
         // TABLES is declared in the same order as Kind; the test below pins it.
         &TABLES[self as usize]
+    }
+
+    /// The position of DuckLake's column `name` in this kind's rows. Meant
+    /// for constants (`const X: usize = Kind::Snapshot.column("snapshot_id")`),
+    /// where a name the table does not declare fails to compile; the
+    /// [`column!`](crate::column) macro writes that for an expression.
+    pub const fn column(self, name: &str) -> usize {
+        let columns = DEFS[self as usize].columns;
+        let mut at = 0;
+        while at < columns.len() {
+            if same_name(columns[at].name, name) {
+                return at;
+            }
+            at += 1;
+        }
+        panic!("the table does not declare this column")
     }
 
     pub fn by_name(name: &str) -> Option<Kind> {
@@ -678,39 +698,50 @@ impl Kind {
 }
 
 impl TableDef {
-    pub fn column_index(&self, name: &str) -> Option<usize> {
-        self.columns
-            .iter()
-            .position(|c| c.name.eq_ignore_ascii_case(name))
-    }
-
     pub fn begin_end(&self) -> Option<(usize, usize)> {
         match self.lifecycle {
             Lifecycle::Versioned { begin, end } => Some((begin, end)),
             _ => None,
         }
     }
+}
 
-    /// DuckLake's own `CREATE TABLE` text for this kind, used to validate the
-    /// bootstrap DDL it issues and to document the schema.
-    pub fn create_sql(&self) -> String {
-        let cols: Vec<String> = self
-            .columns
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let mut s = format!("{} {}", c.name, c.ty.sql_name());
-                if self.primary_key == Some(i) {
-                    s.push_str(" PRIMARY KEY");
-                }
-                if self.not_null.contains(&i) {
-                    s.push_str(" NOT NULL");
-                }
-                s
-            })
-            .collect();
-        format!("CREATE TABLE {}({})", self.name, cols.join(", "))
+const fn same_name(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
     }
+    let mut at = 0;
+    while at < a.len() {
+        if a[at] != b[at] {
+            return false;
+        }
+        at += 1;
+    }
+    true
+}
+
+/// The position of a kind's named column, resolved at compile time:
+/// `column!(Snapshot, snapshot_id)`.
+#[macro_export]
+macro_rules! column {
+    ($kind:ident, $name:ident) => {
+        const { $crate::catalog::Kind::$kind.column(stringify!($name)) }
+    };
+}
+
+/// A row of a kind with the named columns set and every other column NULL:
+/// `catalog_row!(Schema { schema_id: Cell::Int(0), schema_name: name })`.
+#[macro_export]
+macro_rules! catalog_row {
+    ($kind:ident { $($name:ident: $value:expr),* $(,)? }) => {{
+        let mut row = vec![
+            $crate::catalog::Cell::Null;
+            $crate::catalog::Kind::$kind.def().columns.len()
+        ];
+        $( row[$crate::column!($kind, $name)] = $value; )*
+        row
+    }};
 }
 
 #[cfg(test)]

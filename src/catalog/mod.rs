@@ -7,11 +7,13 @@
 
 pub mod kinds;
 pub mod types;
+pub mod writes;
 
 use crate::error::{Error, Result};
 use crate::store::keys::{self, Subspace};
 use crate::store::value::{decode_record, Record};
 use crate::store::{ReadView, Store, StoreSettings, StoreUri};
+use crate::{catalog_row, column};
 pub use kinds::{Kind, Lifecycle, Reclaim, TableDef, TABLES};
 pub use types::{Cell, ColumnType, Row};
 
@@ -198,14 +200,12 @@ pub const FORMAT_TAG: u8 = 0xf1;
 pub const FORMAT_VERSION: i64 = 1;
 
 impl Head {
-    pub fn encode(&self) -> Vec<u8> {
-        crate::store::value::encode_record(
-            HEAD_TAG,
-            &Record::new(vec![
-                Cell::Int(self.snapshot_id),
-                Cell::Int(self.batch_count),
-            ]),
-        )
+    /// The record `sys/head` holds, framed with [`HEAD_TAG`].
+    pub fn record(&self) -> Record {
+        Record::new(vec![
+            Cell::Int(self.snapshot_id),
+            Cell::Int(self.batch_count),
+        ])
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Head> {
@@ -220,14 +220,13 @@ impl Head {
     }
 }
 
-pub fn encode_format() -> Vec<u8> {
-    crate::store::value::encode_record(
-        FORMAT_TAG,
-        &Record::new(vec![
-            Cell::Int(FORMAT_VERSION),
-            Cell::Text(crate::VERSION.to_string()),
-        ]),
-    )
+/// The record `sys/format` holds, framed with [`FORMAT_TAG`]: the layout
+/// version and the moraine that wrote it.
+pub fn format_record() -> Record {
+    Record::new(vec![
+        Cell::Int(FORMAT_VERSION),
+        Cell::Text(crate::VERSION.to_string()),
+    ])
 }
 
 pub fn check_format(bytes: &[u8]) -> Result<()> {
@@ -297,7 +296,11 @@ pub fn visible_at(kind: Kind, rows: Vec<Row>, at: i64) -> Vec<Row> {
             .collect(),
         Lifecycle::Snapshot => rows
             .into_iter()
-            .filter(|r| r[0].as_int().is_some_and(|s| s <= at))
+            .filter(|r| {
+                r[column!(Snapshot, snapshot_id)]
+                    .as_int()
+                    .is_some_and(|s| s <= at)
+            })
             .collect(),
         _ => rows,
     }
@@ -420,7 +423,11 @@ pub async fn dump_at(store: &Store, at: i64) -> Result<Dump> {
         let rows = match kind.def().lifecycle {
             Lifecycle::SnapshotChanges => rows
                 .into_iter()
-                .filter(|r| r[0].as_int().is_some_and(|s| s <= at))
+                .filter(|r| {
+                    r[column!(SnapshotChanges, snapshot_id)]
+                        .as_int()
+                        .is_some_and(|s| s <= at)
+                })
                 .collect(),
             _ => visible_at(kind, rows, at),
         };
@@ -442,16 +449,21 @@ pub fn repair_schema_versions(rows: &mut Vec<Row>, data_files: &[Row]) {
     use std::collections::BTreeMap;
     let mut oldest_file: BTreeMap<i64, i64> = BTreeMap::new();
     for file in data_files {
-        if let (Some(table), Some(begin)) = (file[1].as_int(), file[2].as_int()) {
+        if let (Some(table), Some(begin)) = (
+            file[column!(DataFile, table_id)].as_int(),
+            file[column!(DataFile, begin_snapshot)].as_int(),
+        ) {
             let slot = oldest_file.entry(table).or_insert(begin);
             *slot = (*slot).min(begin);
         }
     }
     let mut oldest_known: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
     for row in rows.iter() {
-        if let (Some(begin), Some(version), Some(table)) =
-            (row[0].as_int(), row[1].as_int(), row[2].as_int())
-        {
+        if let (Some(begin), Some(version), Some(table)) = (
+            row[column!(SchemaVersions, begin_snapshot)].as_int(),
+            row[column!(SchemaVersions, schema_version)].as_int(),
+            row[column!(SchemaVersions, table_id)].as_int(),
+        ) {
             let slot = oldest_known.entry(table).or_insert((begin, version));
             if begin < slot.0 {
                 *slot = (begin, version);
@@ -461,11 +473,11 @@ pub fn repair_schema_versions(rows: &mut Vec<Row>, data_files: &[Row]) {
     for (table, file_begin) in oldest_file {
         if let Some((known_begin, version)) = oldest_known.get(&table) {
             if file_begin < *known_begin {
-                rows.push(vec![
-                    Cell::Int(file_begin),
-                    Cell::Int(*version),
-                    Cell::Int(table),
-                ]);
+                rows.push(catalog_row!(SchemaVersions {
+                    begin_snapshot: Cell::Int(file_begin),
+                    schema_version: Cell::Int(*version),
+                    table_id: Cell::Int(table),
+                }));
             }
         }
     }

@@ -14,10 +14,12 @@
 //! - `deleted_row (table_id, file_id, row_id)`: one inlined file deletion,
 //!   valued by its `begin_snapshot`.
 
+pub mod translate;
+
 use crate::catalog::{Cell, ColumnDesc, Row, Transfer};
 use crate::error::{Error, Result};
 use crate::store::keys::{self, Subspace};
-use crate::store::value::{decode_record, encode_record, Record};
+use crate::store::value::{decode_record, Record};
 use crate::store::{ReadView, Store};
 use std::collections::HashMap;
 
@@ -27,8 +29,20 @@ pub const ENDED: u8 = 3;
 pub const DELETE_TABLE: u8 = 4;
 pub const DELETED_ROW: u8 = 5;
 
+/// The system columns DuckLake declares first in every inlined data table.
+const SYSTEM_COLUMN_NAMES: [&str; 3] = ["row_id", "begin_snapshot", "end_snapshot"];
 /// Number of leading system columns in an inlined data row.
-pub const SYSTEM_COLUMNS: usize = 3;
+pub const SYSTEM_COLUMNS: usize = SYSTEM_COLUMN_NAMES.len();
+/// Positions of the system columns in an inlined data row.
+pub const ROW_ID: usize = 0;
+pub const BEGIN_SNAPSHOT: usize = 1;
+pub const END_SNAPSHOT: usize = 2;
+
+/// The columns of `ducklake_inlined_delete_<t>`, and their positions.
+const DELETE_COLUMN_NAMES: [&str; 3] = ["file_id", "row_id", "begin_snapshot"];
+pub const DELETED_FILE_ID: usize = 0;
+pub const DELETED_ROW_ID: usize = 1;
+pub const DELETED_BEGIN_SNAPSHOT: usize = 2;
 
 pub fn schema_key(table_id: i64, schema_version: i64) -> Vec<u8> {
     keys::key(
@@ -96,7 +110,9 @@ pub fn deleted_row_key(table_id: i64, file_id: i64, row_id: i64) -> Vec<u8> {
     )
 }
 
-pub fn encode_schema(table_id: i64, schema_version: i64, user_columns: &[ColumnDesc]) -> Vec<u8> {
+/// The record that marks an inlined data table as existing, with its user
+/// columns.
+pub fn schema_record(table_id: i64, schema_version: i64, user_columns: &[ColumnDesc]) -> Record {
     let mut record = Record::new(vec![Cell::Int(table_id), Cell::Int(schema_version)]);
     for c in user_columns {
         record.push_child(
@@ -104,7 +120,7 @@ pub fn encode_schema(table_id: i64, schema_version: i64, user_columns: &[ColumnD
             vec![Cell::Text(c.name.clone()), Cell::Text(c.type_name.clone())],
         );
     }
-    encode_record(SCHEMA, &record)
+    record
 }
 
 pub fn decode_schema(bytes: &[u8]) -> Result<Vec<ColumnDesc>> {
@@ -128,7 +144,7 @@ pub fn decode_schema(bytes: &[u8]) -> Result<Vec<ColumnDesc>> {
 /// The full column list of an inlined data table: the three system columns
 /// DuckLake declares, then the user columns.
 pub fn data_columns(user_columns: &[ColumnDesc]) -> Vec<ColumnDesc> {
-    let mut cols: Vec<ColumnDesc> = ["row_id", "begin_snapshot", "end_snapshot"]
+    let mut cols: Vec<ColumnDesc> = SYSTEM_COLUMN_NAMES
         .iter()
         .map(|n| ColumnDesc::catalog(n, crate::catalog::ColumnType::BigInt))
         .collect();
@@ -137,26 +153,28 @@ pub fn data_columns(user_columns: &[ColumnDesc]) -> Vec<ColumnDesc> {
 }
 
 pub fn delete_columns() -> Vec<ColumnDesc> {
-    ["file_id", "row_id", "begin_snapshot"]
+    DELETE_COLUMN_NAMES
         .iter()
         .map(|n| ColumnDesc::catalog(n, crate::catalog::ColumnType::BigInt))
         .collect()
 }
 
-pub fn encode_chunk(rows: &[Row]) -> Vec<u8> {
+/// A chunk: rows `[row_id, user values…]` one commit inserted.
+pub fn chunk_record(rows: &[Row]) -> Record {
     let mut record = Record::default();
     for r in rows {
         record.push_child(CHUNK, r.clone());
     }
-    encode_record(CHUNK, &record)
+    record
 }
 
 pub fn decode_chunk(bytes: &[u8]) -> Result<Vec<Row>> {
     Ok(decode_record(CHUNK, bytes)?.children_of(CHUNK).to_vec())
 }
 
-pub fn encode_int(tag: u8, v: i64) -> Vec<u8> {
-    encode_record(tag, &Record::new(vec![Cell::Int(v)]))
+/// An end mark or an inlined deletion: one snapshot id.
+pub fn int_record(v: i64) -> Record {
+    Record::new(vec![Cell::Int(v)])
 }
 
 pub fn decode_int(tag: u8, bytes: &[u8]) -> Result<i64> {
@@ -237,13 +255,23 @@ pub async fn committed_data_rows(
 /// one begin snapshot and ascending row ids. A chunk split by a partial
 /// delete keeps its rows in this order whatever sequences its parts get.
 pub fn sort_data_rows(rows: &mut [Row]) {
-    rows.sort_by(|a, b| (a.get(1), a.first()).cmp(&(b.get(1), b.first())));
+    fn order(r: &Row) -> (Option<&Cell>, Option<&Cell>) {
+        (r.get(BEGIN_SNAPSHOT), r.get(ROW_ID))
+    }
+    rows.sort_by(|a, b| order(a).cmp(&order(b)));
 }
 
 /// Inlined deletions in insertion order: by the snapshot that deleted them,
 /// then by file and row.
 pub fn sort_delete_rows(rows: &mut [Row]) {
-    rows.sort_by(|a, b| (a.get(2), a.first(), a.get(1)).cmp(&(b.get(2), b.first(), b.get(1))));
+    fn order(r: &Row) -> (Option<&Cell>, Option<&Cell>, Option<&Cell>) {
+        (
+            r.get(DELETED_BEGIN_SNAPSHOT),
+            r.get(DELETED_FILE_ID),
+            r.get(DELETED_ROW_ID),
+        )
+    }
+    rows.sort_by(|a, b| order(a).cmp(&order(b)));
 }
 
 pub async fn committed_delete_rows(

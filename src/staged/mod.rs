@@ -476,6 +476,18 @@ impl StagedTransaction {
         Ok(())
     }
 
+    /// Translates the staged operations into an open store transaction on
+    /// this transaction's view, without committing it.
+    pub async fn prepare(&mut self) -> Result<translate::PreparedCommit> {
+        let premise = self.premise().await?;
+        let view = &self
+            .pinned
+            .as_ref()
+            .ok_or_else(|| Error::Internal("read view missing at commit".into()))?
+            .view;
+        translate::prepare(&self.store, view, premise, &self.ops).await
+    }
+
     /// Translates the staged operations into one store transaction and waits
     /// until it is durable.
     pub async fn commit(&mut self) -> Result<CommitOutcome> {

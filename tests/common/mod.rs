@@ -331,12 +331,13 @@ pub fn inline_columns() -> Vec<ColumnDesc> {
 }
 
 pub fn inline_row(row_id: i64, begin: i64) -> Row {
-    vec![
-        int(row_id),
-        int(begin),
-        NULL,
-        Cell::Blob(vec![row_id as u8]),
-    ]
+    vec![int(row_id), int(begin), NULL, inline_value(row_id, begin)]
+}
+
+/// The user value of an inlined row: distinct per row, and not the row id,
+/// so a rewrite that kept the ids but moved or dropped values shows.
+pub fn inline_value(row_id: i64, begin: i64) -> Cell {
+    Cell::Blob(vec![0xa5, begin as u8, row_id as u8, 0x5a])
 }
 
 pub const INLINED: &str = "ducklake_inlined_data_1_1";
@@ -349,4 +350,23 @@ pub async fn inline_history(store: &Arc<Store>) {
         let rows = rows.iter().map(|r| inline_row(*r, snapshot)).collect();
         commit_inline_rows(store, INLINED, create, snapshot, rows).await;
     }
+}
+
+/// Every key and value the store holds: what "nothing of it landed" is
+/// checked against.
+pub async fn store_contents(store: &Arc<Store>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let view = store.snapshot().await.unwrap();
+    store
+        .scan_prefix(&view, b"")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+        .collect()
+}
+
+/// Whether an error's text, as DuckDB shows it, makes DuckLake retry.
+pub fn carries_retry_words(err: &moraine::Error) -> bool {
+    let text = err.message().to_lowercase();
+    moraine::error::RETRY_WORDS.iter().any(|w| text.contains(w))
 }

@@ -1,0 +1,121 @@
+//! The records one commit touches, read through its store transaction.
+//!
+//! Translation reads a record, changes it and may read it again (a snapshot
+//! row and then its changes row, a parent and then each embedded child), so
+//! every record it puts or removes is kept here, decoded, and later reads see
+//! it. Nothing reaches the store transaction until [`WriteSet::write_into`],
+//! which encodes each record once.
+
+use crate::error::{Error, Result};
+use crate::store::keys;
+use crate::store::value::{decode_record, encode_record, Record};
+use crate::store::StoreTxn;
+use bytes::Bytes;
+use std::collections::{BTreeMap, HashMap};
+
+/// The records found under one prefix read ahead, by key.
+type ReadAhead = HashMap<Vec<u8>, Bytes>;
+
+pub struct WriteSet<'a> {
+    txn: &'a StoreTxn,
+    /// Every key this commit touches: `None` deletes it.
+    touched: BTreeMap<Vec<u8>, Option<(u8, Record)>>,
+    /// Whole key ranges read ahead for commits that touch many existing
+    /// records of one kind (an expiry deletes thousands): one scan instead of
+    /// a point read per record. A key under a prefix here that the map lacks
+    /// does not exist.
+    read_ahead: Vec<(Vec<u8>, ReadAhead)>,
+}
+
+impl<'a> WriteSet<'a> {
+    pub fn new(txn: &'a StoreTxn) -> Self {
+        WriteSet {
+            txn,
+            touched: BTreeMap::new(),
+            read_ahead: Vec::new(),
+        }
+    }
+
+    /// Reads every record under `prefix` in one scan; later reads under it
+    /// are served from memory.
+    pub async fn read_ahead(&mut self, prefix: Vec<u8>) -> Result<()> {
+        let found = self
+            .txn
+            .scan_prefix(&prefix)
+            .await?
+            .into_iter()
+            .map(|(k, v)| (k.to_vec(), v))
+            .collect();
+        self.read_ahead.push((prefix, found));
+        Ok(())
+    }
+
+    async fn stored(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        for (prefix, found) in &self.read_ahead {
+            if key.starts_with(prefix) {
+                return Ok(found.get(key).cloned());
+            }
+        }
+        self.txn.get(key).await
+    }
+
+    /// The record at `key` as this commit sees it, framed with `tag`.
+    pub async fn load(&self, key: &[u8], tag: u8) -> Result<Option<Record>> {
+        if let Some(entry) = self.touched.get(key) {
+            return Ok(entry.as_ref().map(|(_, r)| r.clone()));
+        }
+        match self.stored(key).await? {
+            Some(bytes) => {
+                Ok(Some(decode_record(tag, &bytes).map_err(|e| {
+                    Error::corruption(format!("key {key:02x?}: {e}"))
+                })?))
+            }
+            None => Ok(None),
+        }
+    }
+
+    pub fn put(&mut self, key: Vec<u8>, tag: u8, record: Record) {
+        self.touched.insert(key, Some((tag, record)));
+    }
+
+    pub fn remove(&mut self, key: Vec<u8>) {
+        self.touched.insert(key, None);
+    }
+
+    /// Whether this commit removes `key`.
+    pub fn removes(&self, key: &[u8]) -> bool {
+        matches!(self.touched.get(key), Some(None))
+    }
+
+    /// Keys under `prefix` that exist in this commit's view of the store.
+    pub async fn live_keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mut found: BTreeMap<Vec<u8>, bool> = self
+            .txn
+            .scan_prefix(prefix)
+            .await?
+            .into_iter()
+            .map(|(k, _)| (k.to_vec(), true))
+            .collect();
+        let end = keys::prefix_end(prefix);
+        for (k, v) in self.touched.range(prefix.to_vec()..end) {
+            found.insert(k.clone(), v.is_some());
+        }
+        Ok(found
+            .into_iter()
+            .filter(|(_, live)| *live)
+            .map(|(k, _)| k)
+            .collect())
+    }
+
+    /// Stages every put and delete into the store transaction, encoding each
+    /// record once.
+    pub fn write_into(self) -> Result<()> {
+        for (key, entry) in &self.touched {
+            match entry {
+                Some((tag, record)) => self.txn.put(key, &encode_record(*tag, record))?,
+                None => self.txn.delete(key)?,
+            }
+        }
+        Ok(())
+    }
+}
