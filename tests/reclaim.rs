@@ -50,7 +50,7 @@ async fn dropped_inline_data_is_reclaimed_on_the_local_filesystem() {
     tx.drop_table(table, false).await.unwrap();
     tx.commit().await.unwrap();
 
-    let report = reclaim::reclaim(&store, Duration::from_secs(60))
+    let report = reclaim::reclaim(&store, Duration::from_secs(60), &Default::default())
         .await
         .unwrap();
     let audit = audit::audit(&store).await.unwrap();

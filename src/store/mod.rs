@@ -7,6 +7,7 @@ pub mod counted;
 pub mod keys;
 pub mod lease;
 pub mod settings;
+pub mod upkeep;
 pub mod uri;
 pub mod value;
 
@@ -27,6 +28,10 @@ pub use uri::StoreUri;
 /// How many commits the WAL may hold before the memtable goes to L0: a
 /// reader's attach replays at most this many WAL objects.
 const MEMTABLE_FLUSH_COMMITS: u64 = 128;
+
+/// A cold attach reads whole tables: larger blocks mean fewer GETs per table
+/// (on S3 a request costs more than its bytes), and a catalog is small.
+const WRITER_BLOCK_SIZE: SstBlockSize = SstBlockSize::Block64Kib;
 
 /// Bulk scans fetch widely: the default (one block, one fetch) turns a cold
 /// scan on S3 into thousands of sequential GETs.
@@ -59,6 +64,13 @@ pub struct Store {
     unflushed_commits: AtomicU64,
     /// Renews the writer lease while a writer is open.
     lease: Option<tokio::task::JoinHandle<()>>,
+    /// A writer's compactor and idle upkeep (`upkeep`).
+    upkeep: Option<Upkeep>,
+}
+
+struct Upkeep {
+    compaction: Arc<upkeep::Compaction>,
+    idle: Option<tokio::task::JoinHandle<()>>,
 }
 
 pub type KeyValues = Vec<(Bytes, Bytes)>;
@@ -107,7 +119,7 @@ impl Store {
         let root = uri.root_path();
         let (object_store, requests) = counted::Counted::wrap(object_store);
         let existing = check_location(uri, &object_store, &root).await?;
-        let (handle, lease) = if settings.read_only {
+        let (handle, lease, upkeep) = if settings.read_only {
             if !existing {
                 return Err(Error::NotFound(format!(
                     "no moraine store at {uri}: a READ_ONLY attach opens an existing store and cannot create one. \
@@ -120,7 +132,7 @@ impl Store {
                 .build()
                 .await
                 .map_err(|e| slate(&format!("opening {uri} read-only"), e))?;
-            (Handle::Reader(Box::new(reader)), None)
+            (Handle::Reader(Box::new(reader)), None, None)
         } else {
             let lease_version = lease::acquire(
                 &object_store,
@@ -134,10 +146,7 @@ impl Store {
             let opened = AssertUnwindSafe(
                 Db::builder(root.clone(), object_store.clone())
                     .with_settings(settings.slatedb_settings(uri))
-                    // A cold attach reads whole tables: larger blocks mean
-                    // fewer GETs per table (on S3 a request costs more than
-                    // its bytes), and a catalog is small.
-                    .with_sst_block_size(SstBlockSize::Block64Kib)
+                    .with_sst_block_size(WRITER_BLOCK_SIZE)
                     .build(),
             )
             .catch_unwind()
@@ -153,7 +162,8 @@ impl Store {
                 Ok(db) => {
                     let renewal =
                         lease::keep_alive(object_store.clone(), root.clone(), lease_version);
-                    (Handle::Writer(db), Some(renewal))
+                    let upkeep = Upkeep::start(&db, &root, &object_store, settings);
+                    (Handle::Writer(db), Some(renewal), Some(upkeep))
                 }
                 Err(e) => {
                     // A store that cannot open must not stay locked.
@@ -172,6 +182,7 @@ impl Store {
             requests,
             unflushed_commits: AtomicU64::new(0),
             lease,
+            upkeep,
         })
     }
 
@@ -334,18 +345,23 @@ impl Store {
     /// Writes everything pending into a new L0 SST and the manifest, so it
     /// no longer depends on the WAL.
     pub async fn flush_to_l0(&self) -> Result<()> {
-        let db = self.writer()?;
-        db.flush().await.map_err(|e| slate("flushing the WAL", e))?;
-        db.flush_with_options(FlushOptions {
-            flush_type: FlushType::MemTable,
-        })
-        .await
-        .map_err(|e| slate("flushing the memtable", e))
+        upkeep::flush_to_l0(self.writer()?).await
+    }
+
+    /// The compactor moraine runs beside this writer.
+    pub fn compaction(&self) -> Result<&upkeep::Compaction> {
+        self.upkeep
+            .as_ref()
+            .map(|u| &*u.compaction)
+            .ok_or_else(|| Error::InvalidArgument("a READ_ONLY store does not compact".into()))
     }
 
     pub async fn close(&self) -> Result<()> {
         match &self.handle {
             Handle::Writer(db) => {
+                if let Some(upkeep) = &self.upkeep {
+                    upkeep.stop().await;
+                }
                 let closed = db.close().await.map_err(|e| slate("closing", e));
                 if let Some(renewal) = &self.lease {
                     renewal.abort();
@@ -355,6 +371,39 @@ impl Store {
             }
             Handle::Reader(r) => r.close().await.map_err(|e| slate("closing", e)),
         }
+    }
+}
+
+impl Upkeep {
+    fn start(
+        db: &Db,
+        root: &Path,
+        object_store: &Arc<dyn ObjectStore>,
+        settings: &StoreSettings,
+    ) -> Upkeep {
+        let compaction = Arc::new(upkeep::Compaction::start(
+            root.clone(),
+            object_store.clone(),
+            settings.compactor_options(),
+            WRITER_BLOCK_SIZE,
+        ));
+        let idle = settings.idle_upkeep_after().map(|after| {
+            upkeep::spawn_idle_upkeep(
+                db.clone(),
+                compaction.clone(),
+                root.clone(),
+                object_store.clone(),
+                after,
+            )
+        });
+        Upkeep { compaction, idle }
+    }
+
+    async fn stop(&self) {
+        if let Some(idle) = &self.idle {
+            idle.abort();
+        }
+        self.compaction.shutdown().await;
     }
 }
 
@@ -462,6 +511,16 @@ impl Drop for Store {
     fn drop(&mut self) {
         if let Some(renewal) = &self.lease {
             renewal.abort();
+        }
+        if let Some(upkeep) = self.upkeep.take() {
+            if let Some(idle) = &upkeep.idle {
+                idle.abort();
+            }
+            // Stopping a compactor is async; a dropped handle has no caller
+            // left to wait for it.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move { upkeep.compaction.shutdown().await });
+            }
         }
     }
 }
