@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::store::keys::{self, Subspace};
 use crate::store::value::{decode_record, Record};
 use crate::store::{ReadView, Store, StoreSettings, StoreUri};
-pub use kinds::{Kind, Lifecycle, Reclaim, TableDef, TABLES};
+pub use kinds::{Kind, Lifecycle, Reclaim, SysRecord, TableDef, TABLES};
 pub use types::{Cell, ColumnType, Row};
 
 /// A table the shim can bind: one of the fixed kinds or an instance of an

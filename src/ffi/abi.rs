@@ -761,7 +761,8 @@ pub extern "C" fn moraine_reclaim_wait(
             .as_mut()
             .ok_or_else(|| Error::Internal("the reclaim job has already ended".into()))?;
         let wait = std::time::Duration::from_millis(wait_ms);
-        let Ok(joined) = block_on(tokio::time::timeout(wait, task))? else {
+        // The timer must be made inside the runtime.
+        let Ok(joined) = block_on(async { tokio::time::timeout(wait, task).await })? else {
             // SAFETY: checked non-null.
             unsafe { *done_out = 0 };
             return Ok(());
