@@ -151,13 +151,21 @@ async fn every_stored_key_has_a_declared_reclamation_path() {
     inline_history(&inline).await;
     let report = audit::audit(&inline).await.unwrap();
     println!("coverage: {:?}", report.coverage);
-    assert!(report.coverage.values().all(Option::is_some), "{:?}", report.findings);
+    assert!(
+        report.coverage.values().all(Option::is_some),
+        "{:?}",
+        report.findings
+    );
     assert!(report.coverage.contains_key("inline/chunk"));
     let store = memory_store("coverage-guard").await;
     history(&store).await;
     let report = audit::audit(&store).await.unwrap();
     println!("coverage: {:?}", report.coverage);
-    assert!(report.coverage.values().all(Option::is_some), "{:?}", report.findings);
+    assert!(
+        report.coverage.values().all(Option::is_some),
+        "{:?}",
+        report.findings
+    );
     for label in ["sys/head", "sys/format", "snapshot"] {
         assert!(report.coverage.contains_key(label), "{label} not seen");
     }
@@ -228,7 +236,11 @@ async fn an_idle_writer_gives_bytes_back_without_reclaim() {
     while started.elapsed() < Duration::from_secs(30) && still < 3 {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let now = reclaim::physical_usage(&store).await.unwrap().bytes();
-        still = if now == idle && now < busy { still + 1 } else { 0 };
+        still = if now == idle && now < busy {
+            still + 1
+        } else {
+            0
+        };
         idle = now;
     }
     let live = audit::audit(&store).await.unwrap().live_bytes();
@@ -241,7 +253,10 @@ async fn an_idle_writer_gives_bytes_back_without_reclaim() {
         report.bytes_before,
         report.bytes_after
     );
-    assert!(idle * 20 < busy, "the idle writer kept {idle} of {busy} bytes");
+    assert!(
+        idle * 20 < busy,
+        "the idle writer kept {idle} of {busy} bytes"
+    );
     assert!(
         idle <= report.bytes_after + report.bytes_after / 4 + 4096,
         "idle {idle} bytes, reclaim reaches {}",

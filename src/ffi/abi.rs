@@ -768,8 +768,8 @@ pub extern "C" fn moraine_reclaim_wait(
             return Ok(());
         };
         job.task = None;
-        let report = joined
-            .map_err(|e| Error::Internal(format!("the reclaim task failed: {e}")))??;
+        let report =
+            joined.map_err(|e| Error::Internal(format!("the reclaim task failed: {e}")))??;
         // SAFETY: checked non-null.
         unsafe {
             *done_out = 1;

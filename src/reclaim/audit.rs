@@ -4,8 +4,8 @@
 
 use super::{physical_usage, PhysicalUsage};
 use crate::catalog::{self, Cell, Kind, Reclaim, SysRecord};
-use crate::inline::InlineRecord;
 use crate::error::Result;
+use crate::inline::InlineRecord;
 use crate::store::keys::Subspace;
 use crate::store::value::decode_record;
 use crate::store::Store;
@@ -92,7 +92,10 @@ pub fn declared(key: &[u8]) -> (String, Option<Reclaim>) {
                     format!("{}/{}", subspace.name(), kind.def().name),
                     Some(kind.reclaim()),
                 ),
-                None => (format!("{}/unknown tag {:?}", subspace.name(), key.get(1)), None),
+                None => (
+                    format!("{}/unknown tag {:?}", subspace.name(), key.get(1)),
+                    None,
+                ),
             }
         }
         Subspace::SchemaVersion => (

@@ -156,7 +156,8 @@ async fn compact_and_collect(
     for round in 0..MAX_COLLECTION_ROUNDS {
         // What the last merge replaced becomes collectable once it is older
         // than the collection's minimum age.
-        let wait = (RECLAIM_MIN_AGE + Duration::from_millis(50)).saturating_sub(compacted_at.elapsed());
+        let wait =
+            (RECLAIM_MIN_AGE + Duration::from_millis(50)).saturating_sub(compacted_at.elapsed());
         if started.elapsed() + wait >= deadline {
             break;
         }

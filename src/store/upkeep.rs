@@ -3,7 +3,7 @@
 //! SlateDB's compactor only acts when L0 grows, and an idle writer's memtable
 //! never flushes, so deleted keys stayed in the WAL, the memtable and L0 for
 //! as long as the writer sat idle, and garbage collection could drop nothing
-//! they referenced ([design 0010](../../docs/design/0010-idle-upkeep.md)).
+//! they referenced ([design 0010](../../docs/design/0011-idle-upkeep-and-urgent-compaction.md)).
 //! Here moraine runs the compactor itself instead of SlateDB's embedded one:
 //!
 //! - a *background* compactor with the attach's poll interval, as before;
@@ -258,7 +258,10 @@ pub async fn compact_fully(
         tokio::time::sleep(URGENT_POLL).await;
         refresh(db).await?;
         let manifest = db.manifest();
-        let l0_left = manifest.l0().iter().any(|view| merged_l0.contains(&view.id));
+        let l0_left = manifest
+            .l0()
+            .iter()
+            .any(|view| merged_l0.contains(&view.id));
         if !l0_left && manifest.compacted().len() <= 1 {
             return Ok(true);
         }
