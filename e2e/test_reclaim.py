@@ -25,6 +25,21 @@ def audit(con, section, item):
     return rows
 
 
+def churn(con, commits, create=True, first=0):
+    """Inserts, updates and deletes over three tables, one commit each (after creating them)."""
+    if create:
+        for t in range(3):
+            con.execute("CREATE TABLE t%d (id INTEGER, payload VARCHAR)" % t)
+    for i in range(first, first + commits):
+        t = i % 3
+        if i % 3 == 0:
+            con.execute("INSERT INTO t%d VALUES (%d, repeat('x', 200))" % (t, i))
+        elif i % 3 == 1:
+            con.execute("UPDATE t%d SET payload = repeat('y', 200) WHERE id %% 7 = %d" % (t, i % 7))
+        else:
+            con.execute("DELETE FROM t%d WHERE id %% 11 = %d" % (t, i % 11))
+
+
 def test_churn_expire_cleanup_reclaim_gives_bytes_back(tmp):
     harness.require_extension("moraine")
     con = harness.connect()
@@ -33,24 +48,10 @@ def test_churn_expire_cleanup_reclaim_gives_bytes_back(tmp):
     con.execute("ATTACH 'ducklake:moraine:%s' AS lake (DATA_PATH '%s/data/', "
                 "META_GC_MIN_AGE_SECONDS '1', META_COMPACTION_CHECKPOINT_SECONDS '1')" % (catalog, tmp))
     con.execute("USE lake")
-    for t in range(3):
-        con.execute("CREATE TABLE t%d (id INTEGER, payload VARCHAR)" % t)
     con.execute("CREATE TABLE doomed (id INTEGER)")
-    commits = 4
-    i = 0
-    while commits < 500:
-        t = i % 3
-        if i % 3 == 0:
-            con.execute("INSERT INTO t%d VALUES (%d, repeat('x', 200))" % (t, i))
-        elif i % 3 == 1:
-            con.execute("UPDATE t%d SET payload = repeat('y', 200) WHERE id %% 7 = %d" % (t, i % 7))
-        else:
-            con.execute("DELETE FROM t%d WHERE id %% 11 = %d" % (t, i % 11))
-        commits += 1
-        i += 1
-        if commits == 250:
-            con.execute("DROP TABLE doomed")
-            commits += 1
+    churn(con, 245)
+    con.execute("DROP TABLE doomed")
+    churn(con, 250, create=False, first=245)
     assert audit(con, "finding", "UNBOUNDED"), "the audit must flag unbounded growth before expiry is set"
 
     live_rows = sorted(con.execute("SELECT * FROM t0 UNION ALL SELECT * FROM t1 UNION ALL SELECT * FROM t2").fetchall())
@@ -70,19 +71,6 @@ def test_churn_expire_cleanup_reclaim_gives_bytes_back(tmp):
     findings = audit(con, "finding", "UNBOUNDED") + audit(con, "finding", "RECLAIMABLE") + \
         audit(con, "finding", "BACKLOG")
     assert findings == [], findings
-
-
-def churn(con, commits):
-    for t in range(3):
-        con.execute("CREATE TABLE t%d (id INTEGER, payload VARCHAR)" % t)
-    for i in range(commits):
-        t = i % 3
-        if i % 3 == 0:
-            con.execute("INSERT INTO t%d VALUES (%d, repeat('x', 200))" % (t, i))
-        elif i % 3 == 1:
-            con.execute("UPDATE t%d SET payload = repeat('y', 200) WHERE id %% 7 = %d" % (t, i % 7))
-        else:
-            con.execute("DELETE FROM t%d WHERE id %% 11 = %d" % (t, i % 11))
 
 
 def test_an_idle_writer_gives_bytes_back_without_moraine_reclaim(tmp):
