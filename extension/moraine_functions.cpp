@@ -45,27 +45,70 @@ static unique_ptr<FunctionData> ReclaimBind(ClientContext &context, TableFunctio
 	return make_uniq<MoraineCatalogBindData>(catalog);
 }
 
+//! The reclaim runs on moraine's runtime; the scan waits for it in short
+//! slices so DuckDB's progress bar can ask how far it has come.
+struct MoraineReclaimState : public GlobalTableFunctionState {
+	~MoraineReclaimState() override {
+		moraine_reclaim_free(job);
+	}
+	MoraineReclaimJob *job = nullptr;
+	bool done = false;
+};
+
+static unique_ptr<GlobalTableFunctionState> ReclaimInit(ClientContext &context, TableFunctionInitInput &input) {
+	return make_uniq<MoraineReclaimState>();
+}
+
+static constexpr uint64_t RECLAIM_DEADLINE_MS = 120000;
+static constexpr uint64_t RECLAIM_WAIT_SLICE_MS = 20;
+
 static void ReclaimExecute(ClientContext &context, TableFunctionInput &input, DataChunk &output) {
-	auto &state = input.global_state->Cast<MoraineOnceState>();
+	auto &state = input.global_state->Cast<MoraineReclaimState>();
 	if (state.done) {
 		return;
 	}
-	state.done = true;
 	auto &catalog = input.bind_data->Cast<MoraineCatalogBindData>().catalog;
-	if (!context.transaction.IsAutoCommit()) {
-		throw InvalidInputException("moraine_reclaim cannot run inside BEGIN … COMMIT: it compacts and collects the "
-		                            "whole store, so run it as a statement of its own");
+	if (!state.job) {
+		if (!context.transaction.IsAutoCommit()) {
+			throw InvalidInputException("moraine_reclaim cannot run inside BEGIN … COMMIT: it compacts and collects "
+			                            "the whole store, so run it as a statement of its own");
+		}
+		if (moraine_db_is_read_only(catalog.LakeHandle())) {
+			throw InvalidInputException("moraine_reclaim needs a read-write attach; this lake is attached READ_ONLY");
+		}
+		MoraineCall([&](char **err) {
+			return moraine_reclaim_start(catalog.LakeHandle(), RECLAIM_DEADLINE_MS, &state.job, err);
+		});
 	}
-	if (moraine_db_is_read_only(catalog.LakeHandle())) {
-		throw InvalidInputException("moraine_reclaim needs a read-write attach; this lake is attached READ_ONLY");
-	}
+	// Where DuckDB allows it, an empty chunk marked HAVE_MORE_OUTPUT hands
+	// control back between slices; otherwise wait here until the end.
+	bool can_yield = input.results_execution_mode == AsyncResultsExecutionMode::TASK_EXECUTOR;
+	int32_t finished = 0;
 	MoraineReclaimReport report;
-	MoraineCall([&](char **err) { return moraine_db_reclaim(catalog.LakeHandle(), 120000, &report, err); });
+	do {
+		MoraineCall([&](char **err) {
+			return moraine_reclaim_wait(state.job, RECLAIM_WAIT_SLICE_MS, &finished, &report, err);
+		});
+	} while (!finished && !can_yield);
+	if (!finished) {
+		input.async_result = AsyncResultType::HAVE_MORE_OUTPUT;
+		return;
+	}
+	state.done = true;
 	output.SetCardinality(1);
 	output.SetValue(0, 0, Value::UBIGINT(report.bytes_before));
 	output.SetValue(1, 0, Value::UBIGINT(report.bytes_after));
 	output.SetValue(2, 0, Value::UBIGINT(report.objects_deleted));
 	output.SetValue(3, 0, Value::UBIGINT(report.elapsed_ms));
+}
+
+static double ReclaimProgress(ClientContext &context, const FunctionData *bind_data,
+                              const GlobalTableFunctionState *global_state) {
+	if (!global_state) {
+		return 0;
+	}
+	auto &state = global_state->Cast<MoraineReclaimState>();
+	return state.done ? 100.0 : 100.0 * moraine_reclaim_progress(state.job);
 }
 
 static unique_ptr<FunctionData> AuditBind(ClientContext &context, TableFunctionBindInput &input,
@@ -127,8 +170,9 @@ static void StatsExecute(ClientContext &context, TableFunctionInput &input, Data
 }
 
 void RegisterMoraineFunctions(ExtensionLoader &loader) {
-	loader.RegisterFunction(
-	    TableFunction("moraine_reclaim", {LogicalType::VARCHAR}, ReclaimExecute, ReclaimBind, InitOnce));
+	TableFunction reclaim("moraine_reclaim", {LogicalType::VARCHAR}, ReclaimExecute, ReclaimBind, ReclaimInit);
+	reclaim.table_scan_progress = ReclaimProgress;
+	loader.RegisterFunction(reclaim);
 	loader.RegisterFunction(TableFunction("moraine_audit", {LogicalType::VARCHAR}, AuditExecute, AuditBind, InitOnce));
 	loader.RegisterFunction(TableFunction("moraine_stats", {LogicalType::VARCHAR}, StatsExecute, StatsBind, InitOnce));
 }

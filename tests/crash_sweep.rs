@@ -559,7 +559,9 @@ async fn reclaim_after_drop() {
         }),
         commit: |store| {
             boxed(async move {
-                let report = moraine::reclaim::reclaim(store, Duration::from_secs(10)).await;
+                let report =
+                    moraine::reclaim::reclaim(store, Duration::from_secs(10), &Default::default())
+                        .await;
                 if report.is_err() {
                     // Not an acknowledgement: park like a run stuck on a write.
                     std::future::pending::<()>().await;

@@ -113,7 +113,15 @@ typedef struct MoraineReclaimReport {
 	uint64_t elapsed_ms;
 } MoraineReclaimReport;
 
-int32_t moraine_db_reclaim(MoraineDb *db, uint64_t deadline_ms, MoraineReclaimReport *report_out, char **err);
+// moraine_reclaim runs in the background so the scan can report its progress.
+typedef struct MoraineReclaimJob MoraineReclaimJob;
+int32_t moraine_reclaim_start(MoraineDb *db, uint64_t deadline_ms, MoraineReclaimJob **job_out, char **err);
+// Waits at most wait_ms; *done_out is 1 and *report_out filled once the reclaim has ended.
+int32_t moraine_reclaim_wait(MoraineReclaimJob *job, uint64_t wait_ms, int32_t *done_out,
+                             MoraineReclaimReport *report_out, char **err);
+// Done so far, from 0 to 1.
+double moraine_reclaim_progress(const MoraineReclaimJob *job);
+void moraine_reclaim_free(MoraineReclaimJob *job);
 int32_t moraine_db_audit(MoraineDb *db, MoraineStrings **rows_out, char **err);
 // Commit counters of this attach as rows of two strings: name, value.
 int32_t moraine_db_stats(MoraineDb *db, MoraineStrings **rows_out, char **err);

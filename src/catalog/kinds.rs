@@ -62,6 +62,74 @@ pub enum Reclaim {
     BoundedByDesign,
 }
 
+impl Reclaim {
+    pub const ALL: [Reclaim; 8] = [
+        Reclaim::SnapshotExpiry,
+        Reclaim::DeadTableCascade,
+        Reclaim::WithDataFile,
+        Reclaim::ScheduleCleanup,
+        Reclaim::WithParent,
+        Reclaim::OverwrittenInPlace,
+        Reclaim::InlineFlush,
+        Reclaim::BoundedByDesign,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Reclaim::SnapshotExpiry => "SnapshotExpiry",
+            Reclaim::DeadTableCascade => "DeadTableCascade",
+            Reclaim::WithDataFile => "WithDataFile",
+            Reclaim::ScheduleCleanup => "ScheduleCleanup",
+            Reclaim::WithParent => "WithParent",
+            Reclaim::OverwrittenInPlace => "OverwrittenInPlace",
+            Reclaim::InlineFlush => "InlineFlush",
+            Reclaim::BoundedByDesign => "BoundedByDesign",
+        }
+    }
+}
+
+/// The singleton records of the `sys` subspace, each with its reclamation
+/// path: the counterpart of [`Kind::reclaim`] for records that are no table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SysRecord {
+    /// `sys/head`: the newest snapshot and the batch count.
+    Head,
+    /// `sys/format`: the layout version.
+    Format,
+    /// `sys/reclaim`: the marker reclaim and the idle upkeep flush into a
+    /// fresh L0.
+    UpkeepMarker,
+}
+
+impl SysRecord {
+    pub const ALL: [SysRecord; 3] = [SysRecord::Head, SysRecord::Format, SysRecord::UpkeepMarker];
+
+    pub fn key(self) -> &'static [u8] {
+        match self {
+            SysRecord::Head => crate::store::keys::SYS_HEAD,
+            SysRecord::Format => crate::store::keys::SYS_FORMAT,
+            SysRecord::UpkeepMarker => crate::store::keys::SYS_RECLAIM,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SysRecord::Head => "head",
+            SysRecord::Format => "format",
+            SysRecord::UpkeepMarker => "reclaim",
+        }
+    }
+
+    /// Exhaustive on purpose: a new singleton must choose a path.
+    pub fn reclaim(self) -> Reclaim {
+        match self {
+            SysRecord::Head | SysRecord::Format | SysRecord::UpkeepMarker => {
+                Reclaim::BoundedByDesign
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
     Metadata,

@@ -14,7 +14,7 @@ use crate::store::keys::{self, Subspace};
 use crate::store::value::{decode_record, Record};
 use crate::store::{ReadView, Store, StoreSettings, StoreUri};
 use crate::{catalog_row, column};
-pub use kinds::{Kind, Lifecycle, Reclaim, TableDef, TABLES};
+pub use kinds::{Kind, Lifecycle, Reclaim, SysRecord, TableDef, TABLES};
 pub use types::{Cell, ColumnType, Row};
 
 /// A table the shim can bind: one of the fixed kinds or an instance of an

@@ -704,24 +704,75 @@ pub struct MoraineReclaimReport {
     pub elapsed_ms: u64,
 }
 
-/// Flushes, fully compacts and garbage-collects the store, waiting at most
-/// `deadline_ms`.
+/// A `moraine_reclaim` running on the runtime, so the shim can show its
+/// progress while it waits for it.
+pub struct MoraineReclaimJob {
+    progress: Arc<crate::reclaim::Progress>,
+    task: Option<tokio::task::JoinHandle<Result<crate::reclaim::ReclaimReport>>>,
+}
+
+/// Starts flushing, fully compacting and garbage-collecting the store, for
+/// at most `deadline_ms`.
 #[no_mangle]
-pub extern "C" fn moraine_db_reclaim(
+pub extern "C" fn moraine_reclaim_start(
     db: *mut MoraineDb,
     deadline_ms: u64,
-    report_out: *mut MoraineReclaimReport,
+    job_out: *mut *mut MoraineReclaimJob,
     err: *mut *mut c_char,
 ) -> i32 {
     guarded(err, || {
         let db = handle(db, "database")?;
-        if report_out.is_null() {
-            return Err(Error::Internal("null report pointer".into()));
-        }
+        let store = db.store.clone();
+        let progress = Arc::new(crate::reclaim::Progress::default());
+        let published = progress.clone();
         let deadline = std::time::Duration::from_millis(deadline_ms);
-        let report = block_on(crate::reclaim::reclaim(&db.store, deadline))??;
+        let task = crate::ffi::bridge::spawn(async move {
+            crate::reclaim::reclaim(&store, deadline, &published).await
+        })?;
+        out(
+            job_out,
+            MoraineReclaimJob {
+                progress,
+                task: Some(task),
+            },
+        )
+    })
+}
+
+/// Waits at most `wait_ms` for the reclaim to end. `*done_out` is 1 and the
+/// report is written once it has; a failed reclaim returns its error.
+#[no_mangle]
+pub extern "C" fn moraine_reclaim_wait(
+    job: *mut MoraineReclaimJob,
+    wait_ms: u64,
+    done_out: *mut i32,
+    report_out: *mut MoraineReclaimReport,
+    err: *mut *mut c_char,
+) -> i32 {
+    guarded(err, || {
+        // SAFETY: a box `moraine_reclaim_start` created and the shim has not freed.
+        let job = unsafe { job.as_mut() }
+            .ok_or_else(|| Error::Internal("reclaim job handle is null".into()))?;
+        if done_out.is_null() || report_out.is_null() {
+            return Err(Error::Internal("null out-pointer".into()));
+        }
+        let task = job
+            .task
+            .as_mut()
+            .ok_or_else(|| Error::Internal("the reclaim job has already ended".into()))?;
+        let wait = std::time::Duration::from_millis(wait_ms);
+        // The timer must be made inside the runtime.
+        let Ok(joined) = block_on(async { tokio::time::timeout(wait, task).await })? else {
+            // SAFETY: checked non-null.
+            unsafe { *done_out = 0 };
+            return Ok(());
+        };
+        job.task = None;
+        let report =
+            joined.map_err(|e| Error::Internal(format!("the reclaim task failed: {e}")))??;
         // SAFETY: checked non-null.
         unsafe {
+            *done_out = 1;
             *report_out = MoraineReclaimReport {
                 bytes_before: report.bytes_before,
                 bytes_after: report.bytes_after,
@@ -731,6 +782,23 @@ pub extern "C" fn moraine_db_reclaim(
         }
         Ok(())
     })
+}
+
+/// How far the reclaim has come, from 0 to 1.
+#[no_mangle]
+pub extern "C" fn moraine_reclaim_progress(job: *const MoraineReclaimJob) -> f64 {
+    catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: a box `moraine_reclaim_start` created and the shim has not freed.
+        unsafe { job.as_ref() }.map_or(0.0, |job| job.progress.fraction())
+    }))
+    .unwrap_or(0.0)
+}
+
+/// Frees the job. A reclaim still running (the query was interrupted) runs
+/// to its end in the background, so the store is never left mid-swap.
+#[no_mangle]
+pub extern "C" fn moraine_reclaim_free(job: *mut MoraineReclaimJob) {
+    free(job)
 }
 
 /// The retention audit as rows of four strings: section, item, value, detail.

@@ -31,3 +31,13 @@ pub fn block_on<F: Future>(future: F) -> Result<F::Output> {
     }
     Ok(runtime()?.block_on(future))
 }
+
+/// Runs `future` on the runtime in the background; the caller polls the
+/// handle with `block_on`.
+pub fn spawn<F>(future: F) -> Result<tokio::task::JoinHandle<F::Output>>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    Ok(runtime()?.spawn(future))
+}

@@ -31,6 +31,67 @@ pub const DELETED_ROW: u8 = 5;
 
 /// The system columns DuckLake declares first in every inlined data table.
 const SYSTEM_COLUMN_NAMES: [&str; 3] = ["row_id", "begin_snapshot", "end_snapshot"];
+
+/// The inline record types, each with its reclamation path: the inline
+/// families' counterpart of [`crate::catalog::Kind::reclaim`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InlineRecord {
+    Schema,
+    Chunk,
+    Ended,
+    DeleteTable,
+    DeletedRow,
+}
+
+impl InlineRecord {
+    pub const ALL: [InlineRecord; 5] = [
+        InlineRecord::Schema,
+        InlineRecord::Chunk,
+        InlineRecord::Ended,
+        InlineRecord::DeleteTable,
+        InlineRecord::DeletedRow,
+    ];
+
+    /// The record type byte after the `inline` subspace.
+    pub fn byte(self) -> u8 {
+        match self {
+            InlineRecord::Schema => SCHEMA,
+            InlineRecord::Chunk => CHUNK,
+            InlineRecord::Ended => ENDED,
+            InlineRecord::DeleteTable => DELETE_TABLE,
+            InlineRecord::DeletedRow => DELETED_ROW,
+        }
+    }
+
+    pub fn from_byte(byte: u8) -> Option<InlineRecord> {
+        InlineRecord::ALL.into_iter().find(|r| r.byte() == byte)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            InlineRecord::Schema => "schema",
+            InlineRecord::Chunk => "chunk",
+            InlineRecord::Ended => "ended",
+            InlineRecord::DeleteTable => "delete_table",
+            InlineRecord::DeletedRow => "deleted_row",
+        }
+    }
+
+    /// How this record type's bytes are reclaimed. Exhaustive on purpose.
+    /// Every one goes when DuckLake flushes the inlined rows, expires their
+    /// versions, or drops the inlined table (a DROP of an inlined data or
+    /// deletion table removes all of its keys).
+    pub fn reclaim(self) -> crate::catalog::Reclaim {
+        match self {
+            InlineRecord::Schema
+            | InlineRecord::Chunk
+            | InlineRecord::Ended
+            | InlineRecord::DeleteTable
+            | InlineRecord::DeletedRow => crate::catalog::Reclaim::InlineFlush,
+        }
+    }
+}
+
 /// Number of leading system columns in an inlined data row.
 pub const SYSTEM_COLUMNS: usize = SYSTEM_COLUMN_NAMES.len();
 /// Positions of the system columns in an inlined data row.

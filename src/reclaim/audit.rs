@@ -3,9 +3,10 @@
 //! Read-only: safe on a live store.
 
 use super::{physical_usage, PhysicalUsage};
-use crate::catalog::{self, Cell, Kind};
+use crate::catalog::{self, Cell, Kind, Reclaim, SysRecord};
 use crate::error::Result;
-use crate::store::keys::{self, Subspace};
+use crate::inline::InlineRecord;
+use crate::store::keys::Subspace;
 use crate::store::value::decode_record;
 use crate::store::Store;
 use std::collections::BTreeMap;
@@ -17,6 +18,9 @@ pub const FIXED_OVERHEAD_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Severity {
+    /// Keys that no reclamation path covers: a record family added without
+    /// a declaration.
+    Undeclared,
     Unbounded,
     Reclaimable,
     Backlog,
@@ -25,6 +29,7 @@ pub enum Severity {
 impl fmt::Display for Severity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            Severity::Undeclared => "UNDECLARED",
             Severity::Unbounded => "UNBOUNDED",
             Severity::Reclaimable => "RECLAIMABLE",
             Severity::Backlog => "BACKLOG",
@@ -42,6 +47,8 @@ pub struct Finding {
 pub struct Audit {
     /// "subspace/kind" → (keys, bytes of keys and values).
     pub logical: BTreeMap<String, (u64, u64)>,
+    /// "subspace/kind" → its declared reclamation path (`None`: undeclared).
+    pub coverage: BTreeMap<String, Option<Reclaim>>,
     pub physical: PhysicalUsage,
     pub snapshot_count: u64,
     pub oldest_snapshot_id: Option<i64>,
@@ -67,30 +74,38 @@ fn now_micros() -> i64 {
         .unwrap_or_default()
 }
 
-fn label(key: &[u8]) -> String {
+/// Where a key belongs and how its bytes come back: the coverage guard's
+/// classification. `path` is `None` for a key no declaration covers.
+pub fn declared(key: &[u8]) -> (String, Option<Reclaim>) {
     let Some(subspace) = key.first().and_then(|b| Subspace::from_byte(*b)) else {
-        return "unknown".into();
+        return (format!("unknown subspace {:?}", key.first()), None);
     };
     match subspace {
+        Subspace::Sys => match SysRecord::ALL.into_iter().find(|r| r.key() == key) {
+            Some(record) => (format!("sys/{}", record.name()), Some(record.reclaim())),
+            None => (format!("sys/unknown {key:02x?}"), None),
+        },
+        Subspace::Snapshot => ("snapshot".into(), Some(Kind::Snapshot.reclaim())),
         Subspace::Current | Subspace::History => {
-            let kind = key
-                .get(1)
-                .and_then(|t| Kind::from_tag(*t))
-                .map_or("unknown", |k| k.def().name);
-            format!("{}/{kind}", subspace.name())
+            match key.get(1).and_then(|t| Kind::from_tag(*t)) {
+                Some(kind) => (
+                    format!("{}/{}", subspace.name(), kind.def().name),
+                    Some(kind.reclaim()),
+                ),
+                None => (
+                    format!("{}/unknown tag {:?}", subspace.name(), key.get(1)),
+                    None,
+                ),
+            }
         }
-        Subspace::Inline => {
-            let sub = match key.get(1) {
-                Some(&crate::inline::SCHEMA) => "schema",
-                Some(&crate::inline::CHUNK) => "chunk",
-                Some(&crate::inline::ENDED) => "ended",
-                Some(&crate::inline::DELETE_TABLE) => "delete_table",
-                Some(&crate::inline::DELETED_ROW) => "deleted_row",
-                _ => "unknown",
-            };
-            format!("inline/{sub}")
-        }
-        other => other.name().to_string(),
+        Subspace::SchemaVersion => (
+            subspace.name().to_string(),
+            Some(Kind::SchemaVersions.reclaim()),
+        ),
+        Subspace::Inline => match key.get(1).and_then(|b| InlineRecord::from_byte(*b)) {
+            Some(record) => (format!("inline/{}", record.name()), Some(record.reclaim())),
+            None => (format!("inline/unknown type {:?}", key.get(1)), None),
+        },
     }
 }
 
@@ -122,30 +137,29 @@ pub async fn audit(store: &Store) -> Result<Audit> {
         ..Audit::default()
     };
     let now = now_micros();
-    for subspace in Subspace::ALL {
-        for (key, value) in store
-            .scan_prefix(&view, &keys::prefix(subspace, None))
-            .await?
-        {
-            let entry = report.logical.entry(label(&key)).or_default();
-            entry.0 += 1;
-            entry.1 += (key.len() + value.len()) as u64;
-            match subspace {
-                Subspace::History => report.history_versions += 1,
-                Subspace::Snapshot => {
-                    report.snapshot_count += 1;
-                    let record = decode_record(Kind::Snapshot.tag(), &value)?;
-                    if report.oldest_snapshot_id.is_none() {
-                        report.oldest_snapshot_id = record.row.first().and_then(Cell::as_int);
-                        report.oldest_snapshot_age_seconds = record
-                            .row
-                            .get(1)
-                            .and_then(Cell::as_int)
-                            .map(|t| (now - t) / 1_000_000);
-                    }
+    // Every key of the store, whatever its first byte: the coverage guard
+    // must see keys outside the known subspaces too.
+    for (key, value) in store.scan_prefix(&view, b"").await? {
+        let (label, path) = declared(&key);
+        let entry = report.logical.entry(label.clone()).or_default();
+        entry.0 += 1;
+        entry.1 += (key.len() + value.len()) as u64;
+        report.coverage.insert(label, path);
+        match key.first().and_then(|b| Subspace::from_byte(*b)) {
+            Some(Subspace::History) => report.history_versions += 1,
+            Some(Subspace::Snapshot) => {
+                report.snapshot_count += 1;
+                let record = decode_record(Kind::Snapshot.tag(), &value)?;
+                if report.oldest_snapshot_id.is_none() {
+                    report.oldest_snapshot_id = record.row.first().and_then(Cell::as_int);
+                    report.oldest_snapshot_age_seconds = record
+                        .row
+                        .get(1)
+                        .and_then(Cell::as_int)
+                        .map(|t| (now - t) / 1_000_000);
                 }
-                _ => {}
             }
+            _ => {}
         }
     }
     for row in catalog::committed_rows(store, &view, Kind::FilesScheduledForDeletion).await? {
@@ -176,6 +190,16 @@ pub async fn audit(store: &Store) -> Result<Audit> {
 
 fn findings(a: &Audit) -> Vec<Finding> {
     let mut out = Vec::new();
+    for (label, _) in a.coverage.iter().filter(|(_, path)| path.is_none()) {
+        let keys = a.logical.get(label).map_or(0, |(keys, _)| *keys);
+        out.push(Finding {
+            severity: Severity::Undeclared,
+            message: format!(
+                "{keys} keys under {label} have no declared reclamation path: declare one (Kind::reclaim, \
+                 InlineRecord::reclaim, SysRecord::reclaim) before writing them"
+            ),
+        });
+    }
     // History is whatever expiry could still remove: snapshots besides the
     // head, and ended versions.
     let history = a.snapshot_count > 1 || a.history_versions > 0;
@@ -242,6 +266,15 @@ pub fn rows(a: &Audit) -> Vec<[String; 4]> {
             "live",
             label,
             bytes.to_string(),
+            format!("{keys} keys"),
+        ));
+    }
+    for (label, path) in &a.coverage {
+        let keys = a.logical.get(label).map_or(0, |(keys, _)| *keys);
+        out.push(row(
+            "coverage",
+            label,
+            path.map_or("UNDECLARED", Reclaim::name).to_string(),
             format!("{keys} keys"),
         ));
     }

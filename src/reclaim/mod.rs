@@ -9,11 +9,11 @@
 pub mod audit;
 
 use crate::error::{slate, Error, Result};
-use crate::store::Store;
+use crate::store::{upkeep, Store};
 use object_store::ObjectStore;
-use slatedb::compactor::{CompactionSpec, SourceId};
 use slatedb::config::{GarbageCollectorDirectoryOptions, GarbageCollectorOptions};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Bytes and objects under the store's root, by object type.
@@ -71,101 +71,79 @@ pub struct ReclaimReport {
     pub elapsed: Duration,
 }
 
-/// Makes the writer adopt the latest manifest now rather than at its next poll.
-async fn refresh(db: &slatedb::Db) -> Result<()> {
-    db.refresh_manifest()
-        .await
-        .map_err(|e| slate("refreshing the manifest", e))
+/// How far a running [`reclaim`] has come, from 0 to 1000, for DuckDB's
+/// progress bar. Written by the reclaim, read from any thread.
+#[derive(Debug, Default)]
+pub struct Progress(AtomicU32);
+
+impl Progress {
+    /// Done so far, as a fraction from 0 to 1.
+    pub fn fraction(&self) -> f64 {
+        f64::from(self.0.load(Ordering::Relaxed)) / 1000.0
+    }
+
+    fn reach(&self, permille: u32) {
+        self.0.fetch_max(permille.min(1000), Ordering::Relaxed);
+    }
 }
 
-/// Writes the reclaim marker and flushes it into a fresh L0.
-async fn nudge(db: &slatedb::Db, started: Instant) -> Result<()> {
-    db.put(
-        crate::store::keys::SYS_RECLAIM,
-        started.elapsed().as_millis().to_string().as_bytes(),
-    )
-    .await
-    .map_err(|e| slate("writing the reclaim marker", e))?;
-    crate::store::flush_writer_to_l0(db).await
+/// How old an unreferenced object must be before reclaim's own collection
+/// deletes it: the same floor the tests' attach options give SlateDB's.
+const RECLAIM_MIN_AGE: Duration = Duration::from_secs(1);
+
+/// Collection rounds after the tidy-up; one that frees nothing ends it.
+const MAX_COLLECTION_ROUNDS: u32 = 4;
+
+/// Flushes, compacts every run into the last one (with the urgent
+/// compactor, so no step waits for a poll), collects garbage, and repeats
+/// (bounded by `deadline`) until a round frees nothing.
+pub async fn reclaim(
+    store: &Store,
+    deadline: Duration,
+    progress: &Progress,
+) -> Result<ReclaimReport> {
+    let started = Instant::now();
+    let before = physical_usage(store).await?;
+    // The writer turn is held for the whole reclaim: its compactions and
+    // collection run beside this process's writer, not another's.
+    let pin = store.hold_writer().await?;
+    let db = pin.db();
+    let admin = upkeep::admin(store.root(), store.object_store());
+    let urgent = pin.compaction().urgent().await;
+    let outcome = compact_and_collect(store, db, &admin, started, deadline, progress).await;
+    urgent.end().await?;
+    outcome?;
+    let after = physical_usage(store).await?;
+    progress.reach(1000);
+    Ok(ReclaimReport {
+        bytes_before: before.bytes(),
+        bytes_after: after.bytes(),
+        objects_deleted: before.objects().saturating_sub(after.objects()),
+        elapsed: started.elapsed(),
+    })
 }
 
-/// Submits every L0 and sorted run into the oldest run and waits (bounded)
-/// until the tree is one run. Returns whether there was anything to merge.
-async fn full_compaction(
+async fn compact_and_collect(
+    store: &Store,
     db: &slatedb::Db,
     admin: &slatedb::admin::Admin,
     started: Instant,
     deadline: Duration,
-) -> Result<bool> {
-    let manifest = db.manifest();
-    let mut sources: Vec<SourceId> = manifest
-        .l0()
-        .iter()
-        .map(|view| SourceId::SstView(view.id))
-        .collect();
-    sources.extend(
-        manifest
-            .compacted()
-            .iter()
-            .map(|run| SourceId::SortedRun(run.id)),
-    );
-    // One sorted run and no L0: nothing to merge.
-    if manifest.l0().is_empty() && sources.len() <= 1 {
-        return Ok(false);
-    }
-    let destination = manifest
-        .compacted()
-        .iter()
-        .map(|run| run.id)
-        .min()
-        .unwrap_or(0);
-    admin
-        .submit_compaction(CompactionSpec::new(sources, destination))
-        .await
-        .map_err(|e| slate("submitting a full compaction", e))?;
-    while started.elapsed() < deadline {
-        refresh(db).await?;
-        let manifest = db.manifest();
-        if manifest.l0().is_empty() && manifest.compacted().len() <= 1 {
-            return Ok(true);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(true)
-}
-
-/// Flushes, compacts every run into the last one, collects garbage, and
-/// waits (bounded by `deadline`) until the physical size stops shrinking.
-pub async fn reclaim(store: &Store, deadline: Duration) -> Result<ReclaimReport> {
-    let started = Instant::now();
-    let before = physical_usage(store).await?;
-    // Holding the writer turn for the whole reclaim: its compactions and
-    // collection run beside this process's writer, not another's.
-    let pin = store.hold_writer().await?;
-    let db = pin.db();
-    crate::store::flush_writer_to_l0(db).await?;
-    let admin =
-        slatedb::admin::Admin::builder(store.root().clone(), store.object_store().clone()).build();
+    progress: &Progress,
+) -> Result<()> {
+    progress.reach(20);
     // Two full compactions: the first folds everything into the last run and
     // drops tombstones; by the second, the manifest's record of the oldest
     // live read has moved past the deletes, so the versions the first had to
-    // keep for readers go too. Each pass after the first starts from a fresh
-    // L0, so it always merges; the first has nothing to do when the
-    // background compactor already left one run, so then a third pass runs.
-    let mut merged = 0;
-    let mut pass = 0;
-    while merged < 2 && pass < 3 {
-        if pass > 0 {
-            nudge(db, started).await?;
-        }
-        if full_compaction(db, &admin, started, deadline).await? {
-            merged += 1;
-        }
-        pass += 1;
-    }
+    // keep for readers go too.
+    upkeep::tidy(db, admin, started, deadline, |step| {
+        progress.reach(20 + step * 100)
+    })
+    .await?;
+    let mut compacted_at = Instant::now();
     let now = GarbageCollectorDirectoryOptions {
         interval: None,
-        min_age: Duration::from_secs(1),
+        min_age: RECLAIM_MIN_AGE,
         dry_run: false,
     };
     let gc = GarbageCollectorOptions {
@@ -177,36 +155,35 @@ pub async fn reclaim(store: &Store, deadline: Duration) -> Result<ReclaimReport>
         boundary_files_enabled: !store.uri().is_local(),
         ..GarbageCollectorOptions::default()
     };
-    let mut last = before.bytes();
-    let mut stable_rounds = 0;
-    while started.elapsed() < deadline && stable_rounds < 3 {
-        // A later L0 releases the newest compaction outputs to collection,
-        // and merging it in again drops versions kept for a read that has
-        // ended since the last merge (how soon the manifest records that
-        // varies, so a fixed number of merges is not always enough).
-        nudge(db, started).await?;
-        full_compaction(db, &admin, started, deadline).await?;
-        tokio::time::sleep(Duration::from_millis(1100)).await;
+    let mut last = physical_usage(store).await?.bytes();
+    for round in 0..MAX_COLLECTION_ROUNDS {
+        // What the last merge replaced becomes collectable once it is older
+        // than the collection's minimum age.
+        let wait =
+            (RECLAIM_MIN_AGE + Duration::from_millis(50)).saturating_sub(compacted_at.elapsed());
+        if started.elapsed() + wait >= deadline {
+            break;
+        }
+        tokio::time::sleep(wait).await;
         // Collect only what the writer's own view no longer references: its
-        // manifest can lag the compactor's by a poll interval.
-        refresh(db).await?;
+        // manifest can lag the compactor's.
+        upkeep::refresh(db).await?;
         admin
             .run_gc_once(gc.clone())
             .await
             .map_err(|e| slate("collecting garbage", e))?;
+        progress.reach(400 + (round + 1) * 550 / MAX_COLLECTION_ROUNDS);
         let now_bytes = physical_usage(store).await?.bytes();
-        stable_rounds = if now_bytes >= last {
-            stable_rounds + 1
-        } else {
-            0
-        };
+        if now_bytes >= last {
+            break;
+        }
         last = now_bytes;
+        // A later L0 releases the newest compaction outputs to collection,
+        // and merging it in again drops versions kept for a read that has
+        // ended since the last merge.
+        upkeep::nudge(db).await?;
+        upkeep::compact_fully(db, admin, started, deadline).await?;
+        compacted_at = Instant::now();
     }
-    let after = physical_usage(store).await?;
-    Ok(ReclaimReport {
-        bytes_before: before.bytes(),
-        bytes_after: after.bytes(),
-        objects_deleted: before.objects().saturating_sub(after.objects()),
-        elapsed: started.elapsed(),
-    })
+    Ok(())
 }

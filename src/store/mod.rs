@@ -8,6 +8,7 @@ pub mod keys;
 pub mod lease;
 pub mod settings;
 pub mod turn;
+pub mod upkeep;
 pub mod uri;
 pub mod value;
 
@@ -29,6 +30,10 @@ pub use uri::StoreUri;
 /// reader's attach, and a writer taking the turn, replays at most this many
 /// WAL objects.
 const MEMTABLE_FLUSH_COMMITS: u64 = 128;
+
+/// A cold attach reads whole tables: larger blocks mean fewer GETs per table
+/// (on S3 a request costs more than its bytes), and a catalog is small.
+const WRITER_BLOCK_SIZE: SstBlockSize = SstBlockSize::Block64Kib;
 
 /// Bulk scans fetch widely: the default (one block, one fetch) turns a cold
 /// scan on S3 into thousands of sequential GETs.
@@ -378,7 +383,7 @@ impl Store {
     /// Writes everything pending into a new L0 SST and the manifest, so it
     /// no longer depends on the WAL.
     pub async fn flush_to_l0(&self) -> Result<()> {
-        flush_writer_to_l0(self.hold_writer().await?.db()).await
+        upkeep::flush_to_l0(self.hold_writer().await?.db()).await
     }
 
     pub async fn close(&self) -> Result<()> {
@@ -389,22 +394,42 @@ impl Store {
     }
 }
 
-/// [`Store::flush_to_l0`] for a caller that already holds the writer turn.
-pub async fn flush_writer_to_l0(db: &Db) -> Result<()> {
-    db.flush().await.map_err(|e| slate("flushing the WAL", e))?;
-    db.flush_with_options(FlushOptions {
-        flush_type: FlushType::MemTable,
-    })
-    .await
-    .map_err(|e| slate("flushing the memtable", e))
-}
-
 fn reader_view_on_writer() -> Error {
     Error::Internal("a read-write store was read without a pinned view".into())
 }
 
-/// Opens SlateDB's writer, which fences any earlier writer of the store.
+/// Opens SlateDB's writer, which fences any earlier writer of the store,
+/// and starts the compactor and idle upkeep moraine runs beside it.
 async fn open_writer(
+    root: Path,
+    object_store: Arc<dyn ObjectStore>,
+    uri: &StoreUri,
+    settings: &StoreSettings,
+) -> Result<turn::OpenedWriter> {
+    let db = open_db(root.clone(), object_store.clone(), uri, settings).await?;
+    let compaction = Arc::new(upkeep::Compaction::start(
+        root.clone(),
+        object_store.clone(),
+        settings.compactor_options(),
+        WRITER_BLOCK_SIZE,
+    ));
+    let idle = settings.idle_upkeep_after().map(|after| {
+        upkeep::spawn_idle_upkeep(
+            db.clone(),
+            compaction.clone(),
+            root.clone(),
+            object_store.clone(),
+            after,
+        )
+    });
+    Ok(turn::OpenedWriter {
+        db,
+        compaction,
+        idle,
+    })
+}
+
+async fn open_db(
     root: Path,
     object_store: Arc<dyn ObjectStore>,
     uri: &StoreUri,
@@ -415,10 +440,7 @@ async fn open_writer(
     AssertUnwindSafe(
         Db::builder(root, object_store)
             .with_settings(settings.slatedb_settings(uri))
-            // A cold attach reads whole tables: larger blocks mean fewer
-            // GETs per table (on S3 a request costs more than its bytes),
-            // and a catalog is small.
-            .with_sst_block_size(SstBlockSize::Block64Kib)
+            .with_sst_block_size(WRITER_BLOCK_SIZE)
             .build(),
     )
     .catch_unwind()

@@ -31,6 +31,10 @@ pub struct StoreSettings {
     /// How long a compaction keeps its inputs readable. It bounds how long
     /// one read transaction may run; a catalog transaction is short.
     pub compaction_checkpoint: Duration,
+    /// How long a writer goes without a commit before it tidies the store
+    /// (flush, full compaction; see `store::upkeep`). `None`: one garbage
+    /// collection interval. Zero turns the idle upkeep off.
+    pub idle_upkeep: Option<Duration>,
     /// How often SlateDB retries a failing object-store call before the
     /// error surfaces. SlateDB's default retries forever, which turns an
     /// unreachable bucket or a damaged object into a hung statement.
@@ -82,6 +86,7 @@ impl Default for StoreSettings {
             gc_interval: Duration::from_secs(60),
             compactor_poll: Duration::from_secs(5),
             compaction_checkpoint: Duration::from_secs(120),
+            idle_upkeep: None,
             object_store_retries: 5,
             s3: S3Options::default(),
         }
@@ -89,11 +94,12 @@ impl Default for StoreSettings {
 }
 
 /// The attach options moraine understands (DuckLake forwards `META_<name>`).
-pub const OPTION_NAMES: [&str; 15] = [
+pub const OPTION_NAMES: [&str; 16] = [
     "gc_min_age_seconds",
     "gc_interval_seconds",
     "compactor_poll_ms",
     "compaction_checkpoint_seconds",
+    "idle_upkeep_seconds",
     "force_takeover",
     "exclusive_writer",
     "turn_wait_seconds",
@@ -128,6 +134,7 @@ impl StoreSettings {
             "compaction_checkpoint_seconds" => {
                 self.compaction_checkpoint = Duration::from_secs(number()?.max(1))
             }
+            "idle_upkeep_seconds" => self.idle_upkeep = Some(Duration::from_secs(number()?)),
             "force_takeover" => self.force_takeover = number()? != 0,
             "exclusive_writer" => self.exclusive_writer = number()? != 0,
             "turn_wait_seconds" => self.turn_wait = Duration::from_secs(number()?.max(1)),
@@ -176,15 +183,21 @@ impl StoreSettings {
         }
     }
 
-    pub fn slatedb_settings(&self, uri: &StoreUri) -> Settings {
-        let dir = GarbageCollectorDirectoryOptions {
-            interval: Some(self.gc_interval),
-            min_age: self.gc_min_age,
-            dry_run: false,
-        };
+    /// How long the writer waits without a commit before its idle upkeep;
+    /// `None` when the upkeep is off.
+    pub fn idle_upkeep_after(&self) -> Option<Duration> {
+        let after = self.idle_upkeep.unwrap_or(self.gc_interval);
+        (!after.is_zero()).then_some(after)
+    }
+
+    /// The background compactor moraine runs beside a writer
+    /// (`store::upkeep`). It is not SlateDB's embedded one, so moraine can
+    /// swap in a quicker one while it compacts on purpose.
+    pub fn compactor_options(&self) -> CompactorOptions {
         let mut compactor = CompactorOptions {
             poll_interval: self.compactor_poll,
             checkpoint_lifetime: self.compaction_checkpoint,
+            object_store_max_retries: Some(self.object_store_retries),
             ..CompactorOptions::default()
         };
         // Merge everything into the oldest run so tombstones reach the last
@@ -195,10 +208,20 @@ impl StoreSettings {
         compactor
             .scheduler_options
             .insert("include_size_threshold".into(), "1000000".into());
+        compactor
+    }
+
+    pub fn slatedb_settings(&self, uri: &StoreUri) -> Settings {
+        let dir = GarbageCollectorDirectoryOptions {
+            interval: Some(self.gc_interval),
+            min_age: self.gc_min_age,
+            dry_run: false,
+        };
         Settings {
             flush_interval: Some(Duration::from_millis(100)),
             object_store_max_retries: Some(self.object_store_retries),
-            compactor_options: Some(compactor),
+            // moraine runs the compactor itself (`compactor_options`).
+            compactor_options: None,
             garbage_collector_options: Some(GarbageCollectorOptions {
                 manifest_options: Some(dir),
                 wal_options: Some(dir),

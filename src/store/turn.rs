@@ -28,6 +28,7 @@
 //! [design 0010]: ../../docs/design/0010-writer-turn.md
 
 use super::lease::{self, Holder, Take, TURN_DIR, TURN_SECONDS};
+use super::upkeep::Compaction;
 use crate::error::{Error, Result};
 use futures_util::future::BoxFuture;
 use object_store::path::Path;
@@ -55,8 +56,26 @@ const WATCH_ACTIVE: Duration = Duration::from_millis(5);
 const WATCH_IDLE: Duration = Duration::from_millis(250);
 const ACTIVE_WINDOW: Duration = Duration::from_secs(2);
 
-/// Opens this store's SlateDB writer (fencing any earlier one).
-pub type OpenWriter = Box<dyn Fn() -> BoxFuture<'static, Result<Db>> + Send + Sync>;
+/// Opens this store's SlateDB writer (fencing any earlier one) with the
+/// compactor and idle upkeep that run beside it.
+pub type OpenWriter = Box<dyn Fn() -> BoxFuture<'static, Result<OpenedWriter>> + Send + Sync>;
+
+/// A SlateDB writer and what moraine runs beside it while it is open.
+pub struct OpenedWriter {
+    pub db: Db,
+    pub compaction: Arc<Compaction>,
+    pub idle: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl OpenedWriter {
+    /// Stops the compactor and the idle upkeep, before the writer closes.
+    async fn stop_upkeep(&self) {
+        if let Some(idle) = &self.idle {
+            idle.abort();
+        }
+        self.compaction.shutdown().await;
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 pub struct TurnPolicy {
@@ -92,7 +111,7 @@ impl TurnCounters {
 }
 
 struct Holding {
-    db: Db,
+    writer: OpenedWriter,
     watcher: tokio::task::JoinHandle<()>,
 }
 
@@ -120,12 +139,18 @@ pub struct WriterTurn {
 /// the turn and `db` stays open.
 pub struct TurnPin {
     db: Db,
+    compaction: Arc<Compaction>,
     turn: Arc<WriterTurn>,
 }
 
 impl TurnPin {
     pub fn db(&self) -> &Db {
         &self.db
+    }
+
+    /// The compactor running beside this writer.
+    pub fn compaction(&self) -> &Compaction {
+        &self.compaction
     }
 
     /// This writer was fenced: give the turn up so the next transaction
@@ -189,7 +214,8 @@ impl WriterTurn {
                     Some(held) if self.admits_new_pins() => {
                         self.pins.fetch_add(1, Ordering::SeqCst);
                         return Ok(TurnPin {
-                            db: held.db.clone(),
+                            db: held.writer.db.clone(),
+                            compaction: held.writer.compaction.clone(),
                             turn: self.clone(),
                         });
                     }
@@ -249,8 +275,8 @@ impl WriterTurn {
             .await;
             let record = match taken {
                 Ok(Take::Taken(version)) => {
-                    let db = match (self.open_writer)().await {
-                        Ok(db) => db,
+                    let writer = match (self.open_writer)().await {
+                        Ok(writer) => writer,
                         Err(e) => {
                             // A store that cannot open must not stay locked.
                             lease::release(&self.object_store, &self.root, &self.me).await;
@@ -269,7 +295,7 @@ impl WriterTurn {
                     }
                     self.touch();
                     let watcher = tokio::spawn(watch(Arc::downgrade(self), version));
-                    *holding = Some(Holding { db, watcher });
+                    *holding = Some(Holding { writer, watcher });
                     return Ok(());
                 }
                 Ok(Take::Busy(record)) => record,
@@ -349,6 +375,7 @@ impl WriterTurn {
         let mut holding = self.holding.lock().await;
         if let Some(held) = holding.take() {
             held.watcher.abort();
+            held.writer.stop_upkeep().await;
             self.counters.fenced.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -364,7 +391,9 @@ impl WriterTurn {
             // Everything this writer acknowledged is durable in the WAL
             // already, and the next writer replays it: no memtable flush,
             // whose L0 would set the compactor going under the close.
+            held.writer.stop_upkeep().await;
             let _ = held
+                .writer
                 .db
                 .close_with_options(slatedb::config::CloseOptions {
                     flush_type: Some(slatedb::config::FlushType::Wal),
@@ -386,7 +415,9 @@ impl WriterTurn {
             return Ok(());
         };
         held.watcher.abort();
+        held.writer.stop_upkeep().await;
         let closed = held
+            .writer
             .db
             .close()
             .await
@@ -398,11 +429,19 @@ impl WriterTurn {
     /// Stops renewing without releasing, as a crash would: the lease
     /// expires or, on this host, is taken over at once.
     pub fn abandon(&self) {
-        if let Ok(mut holding) = self.holding.try_lock() {
-            if let Some(held) = holding.as_ref() {
-                held.watcher.abort();
-            }
-            holding.take();
+        let Ok(mut holding) = self.holding.try_lock() else {
+            return;
+        };
+        let Some(held) = holding.take() else { return };
+        held.watcher.abort();
+        if let Some(idle) = &held.writer.idle {
+            idle.abort();
+        }
+        // Stopping a compactor is async; a dropped handle has no caller left
+        // to wait for it.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let compaction = held.writer.compaction.clone();
+            runtime.spawn(async move { compaction.shutdown().await });
         }
     }
 }

@@ -1,0 +1,347 @@
+//! Compaction that moraine drives, and the idle upkeep.
+//!
+//! SlateDB's compactor only acts when L0 grows, and an idle writer's memtable
+//! never flushes, so deleted keys stayed in the WAL, the memtable and L0 for
+//! as long as the writer sat idle, and garbage collection could drop nothing
+//! they referenced ([design 0010](../../docs/design/0011-idle-upkeep-and-urgent-compaction.md)).
+//! Here moraine runs the compactor itself instead of SlateDB's embedded one:
+//!
+//! - a *background* compactor with the attach's poll interval, as before;
+//! - an *urgent* one it swaps in while it compacts on purpose (`moraine_reclaim`
+//!   and the idle upkeep), which polls every few milliseconds, so a full
+//!   compaction costs its own work and not a poll interval;
+//! - the idle upkeep: once the writer has gone one idle period without a
+//!   commit, and something changed since the last upkeep, it flushes the
+//!   memtable and merges every L0 and sorted run into the last run, twice.
+//!   SlateDB's garbage collector then deletes what no manifest references on
+//!   its own schedule. Nothing of this runs on the commit path.
+
+use super::keys;
+use crate::error::{slate, Error, Result};
+use object_store::path::Path;
+use object_store::ObjectStore;
+use slatedb::admin::Admin;
+use slatedb::compactor::{CompactionSpec, Compactor, SourceId};
+use slatedb::config::{CompactionWorkerOptions, CompactorOptions, FlushOptions, FlushType};
+use slatedb::{CompactorBuilder, Db, SstBlockSize};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{Mutex, MutexGuard};
+use tokio::task::JoinHandle;
+
+/// How often the urgent compactor looks for work, and how often a caller
+/// waiting for a compaction looks at the manifest.
+const URGENT_POLL: Duration = Duration::from_millis(20);
+
+/// The longest the idle upkeep waits for one full compaction.
+const UPKEEP_COMPACTION_DEADLINE: Duration = Duration::from_secs(60);
+
+/// The compactor moraine runs beside a writer.
+pub struct Compaction {
+    root: Path,
+    object_store: Arc<dyn ObjectStore>,
+    background: CompactorOptions,
+    block_size: SstBlockSize,
+    /// The compactor now running. The lock also keeps the idle upkeep and
+    /// `moraine_reclaim` from compacting at the same time.
+    running: Mutex<Option<Running>>,
+}
+
+struct Running {
+    compactor: Compactor,
+    task: JoinHandle<()>,
+}
+
+/// The urgent compactor, swapped in until [`Urgent::end`] brings the
+/// background one back.
+pub struct Urgent<'a> {
+    compaction: &'a Compaction,
+    running: MutexGuard<'a, Option<Running>>,
+}
+
+impl Urgent<'_> {
+    /// Stops the urgent compactor and restarts the background one.
+    pub async fn end(mut self) -> Result<()> {
+        stop(self.running.take()).await;
+        *self.running = Some(self.compaction.launch(false));
+        Ok(())
+    }
+}
+
+/// The background options with every poll shortened to a few milliseconds.
+/// A stopped compactor's job is taken over after the heartbeat timeout, so
+/// that is short too.
+fn urgent_options(background: &CompactorOptions) -> CompactorOptions {
+    let worker = background.worker.clone().unwrap_or_default();
+    CompactorOptions {
+        poll_interval: URGENT_POLL,
+        commit_compacted_interval: URGENT_POLL,
+        worker_heartbeat_timeout: Duration::from_secs(2),
+        worker: Some(CompactionWorkerOptions {
+            compactions_poll_interval: URGENT_POLL,
+            heartbeat_interval: Duration::from_millis(200),
+            ..worker
+        }),
+        ..background.clone()
+    }
+}
+
+async fn stop(running: Option<Running>) {
+    let Some(mut running) = running else {
+        return;
+    };
+    // A stop that arrives while the compactor is still starting finds no task
+    // to stop, and the compactor then runs on: ask again until it has ended.
+    // A compactor that failed has already ended.
+    for _ in 0..STOP_ATTEMPTS {
+        let _ = running.compactor.stop().await;
+        if tokio::time::timeout(URGENT_POLL * 5, &mut running.task)
+            .await
+            .is_ok()
+        {
+            return;
+        }
+    }
+    running.task.abort();
+}
+
+/// How often [`stop`] asks a compactor to stop before it gives up on it.
+const STOP_ATTEMPTS: u32 = 50;
+
+impl Compaction {
+    /// Starts the background compactor of the store at `root`.
+    pub fn start(
+        root: Path,
+        object_store: Arc<dyn ObjectStore>,
+        background: CompactorOptions,
+        block_size: SstBlockSize,
+    ) -> Compaction {
+        let mut compaction = Compaction {
+            root,
+            object_store,
+            background,
+            block_size,
+            running: Mutex::new(None),
+        };
+        let first = compaction.launch(false);
+        *compaction.running.get_mut() = Some(first);
+        compaction
+    }
+
+    fn launch(&self, urgent: bool) -> Running {
+        let options = if urgent {
+            urgent_options(&self.background)
+        } else {
+            self.background.clone()
+        };
+        let compactor = CompactorBuilder::new(self.root.clone(), self.object_store.clone())
+            .with_options(options)
+            // Rewritten SSTs keep the writer's block size.
+            .with_sst_block_size(self.block_size)
+            .build();
+        let runner = compactor.clone();
+        // A compactor that fails stops compacting; the idle upkeep notices and
+        // starts a new one.
+        let task = tokio::spawn(async move {
+            let _ = runner.run().await;
+        });
+        Running { compactor, task }
+    }
+
+    /// Swaps in the urgent compactor. Waits while another caller holds it.
+    pub async fn urgent(&self) -> Urgent<'_> {
+        let mut running = self.running.lock().await;
+        stop(running.take()).await;
+        *running = Some(self.launch(true));
+        Urgent {
+            compaction: self,
+            running,
+        }
+    }
+
+    /// Restarts the background compactor if it stopped on an error.
+    async fn revive(&self) {
+        let mut running = self.running.lock().await;
+        if running.as_ref().is_none_or(|r| r.task.is_finished()) {
+            stop(running.take()).await;
+            *running = Some(self.launch(false));
+        }
+    }
+
+    /// Stops whichever compactor runs, for good.
+    pub async fn shutdown(&self) {
+        stop(self.running.lock().await.take()).await;
+    }
+}
+
+/// Makes the writer adopt the latest manifest now rather than at its next poll.
+pub async fn refresh(db: &Db) -> Result<()> {
+    db.refresh_manifest()
+        .await
+        .map_err(|e| slate("refreshing the manifest", e))
+}
+
+/// Whether the tree is more than one sorted run: something a full
+/// compaction would merge.
+pub fn untidy(db: &Db) -> bool {
+    let manifest = db.manifest();
+    !manifest.l0().is_empty() || manifest.compacted().len() > 1
+}
+
+/// Writes everything pending into a new L0 SST and the manifest, so it no
+/// longer depends on the WAL.
+pub async fn flush_to_l0(db: &Db) -> Result<()> {
+    db.flush().await.map_err(|e| slate("flushing the WAL", e))?;
+    db.flush_with_options(FlushOptions {
+        flush_type: FlushType::MemTable,
+    })
+    .await
+    .map_err(|e| slate("flushing the memtable", e))
+}
+
+/// Writes the upkeep marker (`sys/reclaim`) and flushes it into a fresh L0.
+/// A fresh L0 does two things: merging it records the newest oldest-live-read
+/// in the manifest, so a compaction can drop versions kept for reads that
+/// have ended; and garbage collection keeps every compaction output newer than
+/// the last compacted L0, so the outputs of earlier merges go only after it.
+pub async fn nudge(db: &Db) -> Result<()> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or_default();
+    db.put(keys::SYS_RECLAIM, stamp.to_string().as_bytes())
+        .await
+        .map_err(|e| slate("writing the upkeep marker", e))?;
+    flush_to_l0(db).await
+}
+
+/// Submits every L0 and sorted run into the oldest run and waits (until
+/// `deadline` from `started`) until the writer sees one run. Returns whether
+/// there was anything to merge.
+pub async fn compact_fully(
+    db: &Db,
+    admin: &Admin,
+    started: Instant,
+    deadline: Duration,
+) -> Result<bool> {
+    refresh(db).await?;
+    let manifest = db.manifest();
+    let mut sources: Vec<SourceId> = manifest
+        .l0()
+        .iter()
+        .map(|view| SourceId::SstView(view.id))
+        .collect();
+    sources.extend(
+        manifest
+            .compacted()
+            .iter()
+            .map(|run| SourceId::SortedRun(run.id)),
+    );
+    // One sorted run and no L0: nothing to merge.
+    if manifest.l0().is_empty() && sources.len() <= 1 {
+        return Ok(false);
+    }
+    let destination = manifest
+        .compacted()
+        .iter()
+        .map(|run| run.id)
+        .min()
+        .unwrap_or(0);
+    let merged_l0: Vec<_> = manifest.l0().iter().map(|view| view.id).collect();
+    admin
+        .submit_compaction(CompactionSpec::new(sources, destination))
+        .await
+        .map_err(|e| slate("submitting a full compaction", e))?;
+    // Done once every merged L0 left the manifest and the runs became one
+    // (L0s flushed meanwhile by new commits may stay).
+    while started.elapsed() < deadline {
+        tokio::time::sleep(URGENT_POLL).await;
+        refresh(db).await?;
+        let manifest = db.manifest();
+        let l0_left = manifest
+            .l0()
+            .iter()
+            .any(|view| merged_l0.contains(&view.id));
+        if !l0_left && manifest.compacted().len() <= 1 {
+            return Ok(true);
+        }
+    }
+    Err(Error::Store(format!(
+        "a full compaction of the store did not finish within {deadline:?}"
+    )))
+}
+
+/// One tidy-up: flush, then two full compactions into the last run, the
+/// second after a fresh L0 (see [`nudge`]). Run with the urgent compactor.
+pub async fn tidy(
+    db: &Db,
+    admin: &Admin,
+    started: Instant,
+    deadline: Duration,
+    mut progress: impl FnMut(u32),
+) -> Result<()> {
+    flush_to_l0(db).await?;
+    progress(1);
+    compact_fully(db, admin, started, deadline).await?;
+    progress(2);
+    nudge(db).await?;
+    compact_fully(db, admin, started, deadline).await?;
+    progress(3);
+    Ok(())
+}
+
+pub fn admin(root: &Path, object_store: &Arc<dyn ObjectStore>) -> Admin {
+    Admin::builder(root.clone(), object_store.clone()).build()
+}
+
+/// The idle upkeep of one writer: every quarter idle period (at most every
+/// five seconds) it looks at the writer's durable sequence number; once that
+/// has not moved for `idle_after` and the store changed since the last
+/// upkeep (or the tree is more than one run, as after a restart), it tidies
+/// the store with the urgent compactor.
+pub fn spawn_idle_upkeep(
+    db: Db,
+    compaction: Arc<Compaction>,
+    root: Path,
+    object_store: Arc<dyn ObjectStore>,
+    idle_after: Duration,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let tick = (idle_after / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+        let admin = admin(&root, &object_store);
+        let mut seen = db.status().durable_seq;
+        let mut tidied = if untidy(&db) { None } else { Some(seen) };
+        let mut quiet_since = Instant::now();
+        loop {
+            tokio::time::sleep(tick).await;
+            if db.status().close_reason.is_some() {
+                return;
+            }
+            compaction.revive().await;
+            let now = db.status().durable_seq;
+            if now != seen {
+                seen = now;
+                quiet_since = Instant::now();
+                continue;
+            }
+            if quiet_since.elapsed() < idle_after || (tidied == Some(now) && !untidy(&db)) {
+                continue;
+            }
+            let urgent = compaction.urgent().await;
+            let outcome = tidy(
+                &db,
+                &admin,
+                Instant::now(),
+                UPKEEP_COMPACTION_DEADLINE,
+                |_| {},
+            )
+            .await;
+            let _ = urgent.end().await;
+            // The upkeep's own marker moved the sequence number. After a
+            // failure, wait a whole idle period before trying again.
+            seen = db.status().durable_seq;
+            quiet_since = Instant::now();
+            tidied = outcome.is_ok().then_some(seen);
+        }
+    })
+}
