@@ -67,33 +67,6 @@ fn now_micros() -> i64 {
         .unwrap_or_default()
 }
 
-fn label(key: &[u8]) -> String {
-    let Some(subspace) = key.first().and_then(|b| Subspace::from_byte(*b)) else {
-        return "unknown".into();
-    };
-    match subspace {
-        Subspace::Current | Subspace::History => {
-            let kind = key
-                .get(1)
-                .and_then(|t| Kind::from_tag(*t))
-                .map_or("unknown", |k| k.def().name);
-            format!("{}/{kind}", subspace.name())
-        }
-        Subspace::Inline => {
-            let sub = match key.get(1) {
-                Some(&crate::inline::SCHEMA) => "schema",
-                Some(&crate::inline::CHUNK) => "chunk",
-                Some(&crate::inline::ENDED) => "ended",
-                Some(&crate::inline::DELETE_TABLE) => "delete_table",
-                Some(&crate::inline::DELETED_ROW) => "deleted_row",
-                _ => "unknown",
-            };
-            format!("inline/{sub}")
-        }
-        other => other.name().to_string(),
-    }
-}
-
 /// Parses DuckDB interval text as DuckLake options hold it ("2 days", "1 week").
 pub fn interval_seconds(text: &str) -> Option<i64> {
     let mut total = 0;
@@ -127,7 +100,10 @@ pub async fn audit(store: &Store) -> Result<Audit> {
             .scan_prefix(&view, &keys::prefix(subspace, None))
             .await?
         {
-            let entry = report.logical.entry(label(&key)).or_default();
+            let entry = report
+                .logical
+                .entry(crate::verify::key_label(&key))
+                .or_default();
             entry.0 += 1;
             entry.1 += (key.len() + value.len()) as u64;
             match subspace {
