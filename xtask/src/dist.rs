@@ -30,6 +30,9 @@ pub fn repository_file(root: &Path, duckdb_version: &str) -> PathBuf {
 }
 
 pub fn dist(root: &Path) -> Result<()> {
+    // The wheel is built with the venv's hatchling: on a fresh clone, `make`
+    // alone has not created the venv yet.
+    crate::setup(root)?;
     let artifact = paths::build_dir(root).join("moraine.duckdb_extension");
     let extension = std::fs::read(&artifact)
         .map_err(|e| format!("{}: {e}: run `make build` first", artifact.display()))?;
