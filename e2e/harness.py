@@ -45,6 +45,21 @@ def require_extension(name):
     assert installed(name), "extension %s not installed in %s: run `cargo xtask build`" % (name, EXT_DIR)
 
 
+def newest_object(lake, folder):
+    """The newest object in a folder of a local lake's catalog (manifest, compacted, wal)."""
+    import glob
+
+    return sorted(glob.glob(os.path.join(lake, "catalog", folder, "*")))[-1]
+
+
+def truncate_half(path):
+    """Cuts a file to its first half, as an interrupted copy would leave it."""
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 2])
+
+
 def require_dist():
     """Fails the test (it is not skipped) when `cargo xtask dist` has not run."""
     assert os.path.isfile(MORAINE), "%s missing: run `make dist`" % MORAINE

@@ -4,7 +4,6 @@ never fences) and names the object of a truncated SST or manifest; `snapshots` a
 and JSON; every command has --help with examples."""
 
 import csv
-import glob
 import io
 import json
 import os
@@ -94,24 +93,13 @@ def test_verify_passes_a_healthy_lake_next_to_its_writer(tmp):
     con.close()
 
 
-def _newest(lake, folder):
-    return sorted(glob.glob(os.path.join(lake, "catalog", folder, "*")))[-1]
-
-
-def _truncate(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    with open(path, "wb") as f:
-        f.write(data[: len(data) // 2])
-
-
 def test_verify_names_a_truncated_sst_or_manifest(tmp):
     lake = make_lake(tmp)
     for folder in ("compacted", "manifest"):
-        victim = _newest(lake, folder)
+        victim = harness.newest_object(lake, folder)
         keep = victim + ".keep"
         shutil.copyfile(victim, keep)
-        _truncate(victim)
+        harness.truncate_half(victim)
         r = harness.moraine("verify", lake)
         assert r.returncode == 1, (folder, r.returncode, r.stdout, r.stderr)
         relative = os.path.relpath(victim, lake)
