@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR
 
 CARGO ?= cargo
 
-.PHONY: all setup build test demo sqltest e2e fmt lint
+.PHONY: all setup build dist test demo sqltest e2e fmt lint
 
 all: build
 
@@ -14,6 +14,10 @@ setup:
 
 build:
 	@$(CARGO) xtask build
+
+# dist/: the extension repository, the wheel and the `moraine` command, from the built extension.
+dist:
+	@$(CARGO) xtask dist
 
 # Ends with the combined line `N passed, M failed`.
 test:

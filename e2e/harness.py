@@ -11,6 +11,9 @@ EXT_DIR = os.environ.get("MORAINE_EXTENSION_DIR", os.path.join(ROOT, ".duckdb_ex
 SITE = sysconfig.get_paths()["purelib"]  # run.py runs under the venv python
 CLI = os.path.join(SITE, "duckdb_cli", "duckdb")  # the real CLI binary, not .venv/bin/duckdb
 DEFAULT_LOAD = ("ducklake", "moraine")
+DIST = os.path.join(ROOT, "dist")  # written by `cargo xtask dist`
+MORAINE = os.path.join(DIST, "moraine")
+WHEELHOUSE = os.environ.get("MORAINE_WHEELHOUSE", os.path.join(ROOT, ".venv", "wheelhouse"))
 
 
 def sql_quote(s):
@@ -40,6 +43,33 @@ def installed(name):
 def require_extension(name):
     """Fails the test (it is not skipped) when an extension is not installed."""
     assert installed(name), "extension %s not installed in %s: run `cargo xtask build`" % (name, EXT_DIR)
+
+
+def newest_object(lake, folder):
+    """The newest object in a folder of a local lake's catalog (manifest, compacted, wal)."""
+    import glob
+
+    return sorted(glob.glob(os.path.join(lake, "catalog", folder, "*")))[-1]
+
+
+def truncate_half(path):
+    """Cuts a file to its first half, as an interrupted copy would leave it."""
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 2])
+
+
+def require_dist():
+    """Fails the test (it is not skipped) when `cargo xtask dist` has not run."""
+    assert os.path.isfile(MORAINE), "%s missing: run `make dist`" % MORAINE
+
+
+def moraine(*args, env=None, timeout=300):
+    """Runs the operator's command `dist/moraine ARGS…`; returns the CompletedProcess (text)."""
+    require_dist()
+    return subprocess.run([MORAINE] + [str(a) for a in args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
 
 
 class CliResult:

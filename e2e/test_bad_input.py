@@ -1,7 +1,6 @@
 """Locations and objects that are not a healthy moraine store: each gets a clear error at ATTACH, never a crash or a
 hang, and nothing is lost (the failed attach writes nothing and leaves no lock behind)."""
 
-import glob
 import os
 import shutil
 
@@ -40,17 +39,6 @@ def test_read_only_attach_of_an_empty_location_explains_itself(tmp):
     assert r.rc != 0 and "no moraine store at" in r.stderr and "READ_ONLY" in r.stderr, r.stderr
 
 
-def _newest(lake, folder):
-    return sorted(glob.glob(os.path.join(lake, "catalog", folder, "*")))[-1]
-
-
-def _truncate(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    with open(path, "wb") as f:
-        f.write(data[: len(data) // 2])
-
-
 def _overwrite_middle(path):
     with open(path, "rb") as f:
         data = bytearray(f.read())
@@ -68,13 +56,13 @@ def test_damaged_objects_fail_clearly_and_lose_nothing(tmp):
                     "CREATE TABLE lake.t AS SELECT range AS x FROM range(10);\n"
                     "INSERT INTO lake.t VALUES (10);\n" % (lake, tmp)).ok()
     cases = [
-        ("manifest", _truncate, "opening"),
+        ("manifest", harness.truncate_half, "opening"),
         ("manifest", _overwrite_middle, "damaged"),
-        ("compacted", _truncate, "Requested range was invalid"),
+        ("compacted", harness.truncate_half, "Requested range was invalid"),
         ("compacted", _overwrite_middle, "checksum mismatch"),
     ]
     for folder, damage, message in cases:
-        victim = _newest(lake, folder)
+        victim = harness.newest_object(lake, folder)
         keep = victim + ".keep"
         shutil.copyfile(victim, keep)
         damage(victim)

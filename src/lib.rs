@@ -13,6 +13,7 @@ pub mod inline;
 pub mod reclaim;
 pub mod staged;
 pub mod store;
+pub mod verify;
 
 pub use error::{Error, Result};
 

@@ -766,6 +766,12 @@ impl Kind {
 }
 
 impl TableDef {
+    /// The position of column `name`, for a kind known only at run time:
+    /// `None` when the table does not declare it.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| same_name(c.name, name))
+    }
+
     pub fn begin_end(&self) -> Option<(usize, usize)> {
         match self.lifecycle {
             Lifecycle::Versioned { begin, end } => Some((begin, end)),

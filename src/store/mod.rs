@@ -6,6 +6,7 @@
 pub mod counted;
 pub mod keys;
 pub mod lease;
+pub mod objects;
 pub mod settings;
 pub mod turn;
 pub mod upkeep;

@@ -1,8 +1,9 @@
 //! `cargo xtask <command>`: moraine's build, install and test harness.
 //!
-//! Commands: setup, build, sqltest [FILTER] [--selftest], e2e [FILTER], test, demo.
+//! Commands: setup, build, dist, sqltest [FILTER] [--selftest], e2e [FILTER], test, demo, audit.
 //! Every runner ends with a line `N passed, M failed`; `test` ends with the combined line.
 
+mod dist;
 mod footer;
 mod paths;
 mod summary;
@@ -20,12 +21,15 @@ usage: cargo xtask <command>
                       into .duckdb_extensions/
   build               cargo build --release --features extension, package
                       build/moraine.duckdb_extension (512-byte footer), INSTALL it
+  dist                from the built extension: dist/repository/ (INSTALL moraine FROM …),
+                      the wheel dist/duckdb_extension_moraine-*.whl, and the command dist/moraine
   sqltest [FILTER]    run sql_tests/**/*.test whose path contains FILTER
   sqltest --selftest  check the sqllogictest runner against xtask/runner_selftest/
   e2e [FILTER]        run e2e/test_*.py
-  test                cargo test, build, runner self-test, sqltest, e2e; ends with `N passed, M failed`
+  test                cargo test, build, dist, runner self-test, sqltest, e2e; ends with `N passed, M failed`
   demo                build, then run a short DuckLake session on a moraine catalog with the CLI
   footer FILE         print the metadata footer of a .duckdb_extension file
+  audit STORE_URI     `moraine audit STORE_URI` (the operator's command, built and run by cargo)
 ";
 
 /// DuckDB extensions shipped as pip packages that `setup` installs into `.duckdb_extensions/`.
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
     let outcome = match args.first().map(String::as_str) {
         Some("setup") => setup(&root),
         Some("build") => build(&root),
+        Some("dist") => dist::dist(&root),
         Some("sqltest") => {
             let selftest = args.iter().any(|a| a == "--selftest");
             let filter = args[1..].iter().find(|a| !a.starts_with("--")).cloned();
@@ -69,7 +74,7 @@ fn main() -> ExitCode {
         Some("demo") => demo(&root),
         Some("bench") => bench(&root, &args[1..]),
         Some("audit") => match args.get(1) {
-            Some(uri) => return audit(uri),
+            Some(uri) => return audit(&root, uri),
             None => Err("usage: cargo xtask audit STORE_URI".to_string()),
         },
         Some("footer") => match args.get(1) {
@@ -215,6 +220,13 @@ fn cli_sql(root: &Path, sql: &str, unsigned: bool) -> Result<()> {
     run(&mut cmd)
 }
 
+/// The pinned DuckDB version as PyPI spells it: `1.5.5` for `v1.5.5`.
+fn version_number(root: &Path) -> Result<String> {
+    Ok(paths::duckdb_version(root)?
+        .trim_start_matches('v')
+        .to_string())
+}
+
 fn installed_extension(root: &Path, version: &str, name: &str) -> PathBuf {
     paths::ext_dir(root)
         .join(version)
@@ -239,6 +251,34 @@ fn setup(root: &Path) -> Result<()> {
         println!("setup: pip install -r duckdb/requirements.txt");
         run(pip_install(&python).arg("-r").arg(&req_path))?;
         std::fs::write(&stamp_path, &stamp).map_err(|e| e.to_string())?;
+    }
+
+    // What a fresh virtual environment needs next to the moraine wheel
+    // (e2e test_dist), fetched now so the test runs offline.
+    let pins = [
+        format!("duckdb=={}", version_number(root)?),
+        format!("duckdb-extension-ducklake=={}", version_number(root)?),
+    ];
+    let wheelhouse = paths::wheelhouse(root);
+    let marker = wheelhouse.join(".moraine-wheelhouse");
+    if std::fs::read_to_string(&marker).ok() != Some(pins.join("\n")) {
+        println!(
+            "setup: pip download {} into {}",
+            pins.join(" "),
+            wheelhouse.display()
+        );
+        run(Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--dest",
+            ])
+            .arg(&wheelhouse)
+            .args(&pins))?;
+        std::fs::write(&marker, pins.join("\n")).map_err(|e| e.to_string())?;
     }
 
     // A second, different DuckDB release, only to show that it refuses the
@@ -295,7 +335,7 @@ fn setup(root: &Path) -> Result<()> {
 // build
 
 fn build(root: &Path) -> Result<()> {
-    println!("build: cargo build --release -p moraine --features extension");
+    println!("build: cargo build --release -p moraine --lib --features extension");
     println!("build: CARGO_TARGET_DIR={}", paths::target_dir().display());
     run(cargo()
         .args([
@@ -303,6 +343,8 @@ fn build(root: &Path) -> Result<()> {
             "--release",
             "-p",
             "moraine",
+            // The library only: the `moraine` command must not link DuckDB.
+            "--lib",
             "--features",
             "extension",
         ])
@@ -370,6 +412,7 @@ fn run_python_runner(root: &Path, args: &[&str]) -> Result<Counts> {
     cmd.args(args)
         .current_dir(root)
         .env("MORAINE_EXTENSION_DIR", paths::ext_dir(root))
+        .env("MORAINE_WHEELHOUSE", paths::wheelhouse(root))
         .env("PYTHONDONTWRITEBYTECODE", "1");
     let (ok, out) = run_tee(&mut cmd)?;
     match summary::last_summary(&out) {
@@ -460,6 +503,12 @@ fn test_all(root: &Path) -> ExitCode {
     record("setup", setup_ok.map(|()| Counts::default()), &mut total);
     println!("== build");
     record("build", build(root).map(|()| Counts::default()), &mut total);
+    println!("== dist");
+    record(
+        "dist",
+        dist::dist(root).map(|()| Counts::default()),
+        &mut total,
+    );
     if have_venv {
         println!("== sqllogictest runner self-test");
         record("sqltest --selftest", sqltest_selftest(root), &mut total);
@@ -557,38 +606,28 @@ fn demo(root: &Path) -> Result<()> {
     result
 }
 
-/// The retention audit of a store, read-only and safe on a live store. Exits
-/// 1 when there are findings, so it can gate CI.
-fn audit(uri: &str) -> ExitCode {
-    let run = || -> std::result::Result<bool, String> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
-        runtime.block_on(async {
-            let uri = moraine::store::StoreUri::parse(uri).map_err(|e| e.message())?;
-            let settings = moraine::store::StoreSettings {
-                read_only: true,
-                ..Default::default()
-            };
-            let store = moraine::store::Store::open(&uri, &settings)
-                .await
-                .map_err(|e| e.message())?;
-            let report = moraine::reclaim::audit::audit(&store)
-                .await
-                .map_err(|e| e.message())?;
-            for [section, item, value, detail] in moraine::reclaim::audit::rows(&report) {
-                println!("{section:<10} {item:<40} {value:>14}  {detail}");
-            }
-            let _ = store.close().await;
-            Ok(report.findings.is_empty())
-        })
-    };
-    match run() {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
+/// `cargo xtask audit URI` is `moraine audit URI`: the same command, built
+/// and run by cargo, with its output and exit status (1 on findings).
+fn audit(root: &Path, uri: &str) -> ExitCode {
+    let status = cargo()
+        .args([
+            "run",
+            "--quiet",
+            "--release",
+            "-p",
+            "moraine",
+            "--bin",
+            "moraine",
+            "--",
+            "audit",
+            uri,
+        ])
+        .current_dir(root)
+        .status();
+    match status {
+        Ok(status) => ExitCode::from(status.code().map_or(2, |c| u8::try_from(c).unwrap_or(2))),
         Err(e) => {
-            eprintln!("audit failed: {e}");
+            eprintln!("xtask: cannot start cargo: {e}");
             ExitCode::from(2)
         }
     }

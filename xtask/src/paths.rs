@@ -33,6 +33,12 @@ pub fn venv_python(root: &Path) -> PathBuf {
     venv_dir(root).join("bin/python")
 }
 
+/// Wheels `setup` downloads so a test can fill a fresh virtual environment
+/// without the network (`pip install --no-index --find-links`).
+pub fn wheelhouse(root: &Path) -> PathBuf {
+    venv_dir(root).join("wheelhouse")
+}
+
 pub fn ext_dir(root: &Path) -> PathBuf {
     root.join(".duckdb_extensions")
 }
