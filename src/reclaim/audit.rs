@@ -4,6 +4,7 @@
 
 use super::{physical_usage, PhysicalUsage};
 use crate::catalog::{self, Cell, Kind, Reclaim, SysRecord};
+use crate::column;
 use crate::error::Result;
 use crate::inline::InlineRecord;
 use crate::store::keys::Subspace;
@@ -24,6 +25,8 @@ pub enum Severity {
     Unbounded,
     Reclaimable,
     Backlog,
+    /// Records DuckLake 1.5.5's expiry never removes while their table lives.
+    Unpruned,
 }
 
 impl fmt::Display for Severity {
@@ -33,6 +36,7 @@ impl fmt::Display for Severity {
             Severity::Unbounded => "UNBOUNDED",
             Severity::Reclaimable => "RECLAIMABLE",
             Severity::Backlog => "BACKLOG",
+            Severity::Unpruned => "UNPRUNED",
         })
     }
 }
@@ -58,8 +62,29 @@ pub struct Audit {
     pub oldest_schedule_age_seconds: Option<i64>,
     pub expire_older_than: Option<String>,
     pub delete_older_than: Option<String>,
+    /// Growth DuckLake 1.5.5 never prunes, by what it is: (records, bytes).
+    pub unpruned: BTreeMap<&'static str, (u64, u64)>,
     pub findings: Vec<Finding>,
 }
+
+/// What DuckLake 1.5.5's expiry leaves behind for good: it removes ended
+/// versions only of dropped tables, so every ALTER of a live table leaves
+/// its old column, tag, partition and sort versions, and every schema
+/// change a `schema_versions` row; and it never removes the option rows of
+/// a table it dropped. Each (kind, table-id column) names one such growth.
+const UNPRUNED_HISTORY: [(Kind, &str); 7] = [
+    (Kind::Column, "table_id"),
+    (Kind::Tag, "object_id"),
+    (Kind::ColumnTag, "table_id"),
+    (Kind::PartitionInfo, "table_id"),
+    (Kind::PartitionColumn, "table_id"),
+    (Kind::SortInfo, "table_id"),
+    (Kind::SortExpression, "table_id"),
+];
+
+/// Unpruned growth becomes a finding once it is this large, in bytes, and
+/// at least a tenth of the live bytes: a few ALTERs are no finding.
+const UNPRUNED_FINDING_BYTES: u64 = 256 * 1024;
 
 impl Audit {
     pub fn live_bytes(&self) -> u64 {
@@ -137,9 +162,24 @@ pub async fn audit(store: &Store) -> Result<Audit> {
         ..Audit::default()
     };
     let now = now_micros();
+    let live_tables: std::collections::HashSet<i64> =
+        catalog::committed_rows(store, &view, Kind::Table)
+            .await?
+            .iter()
+            .filter(|row| {
+                row.get(column!(Table, end_snapshot))
+                    .is_some_and(Cell::is_null)
+            })
+            .filter_map(|row| row.get(column!(Table, table_id)).and_then(Cell::as_int))
+            .collect();
     // Every key of the store, whatever its first byte: the coverage guard
     // must see keys outside the known subspaces too.
     for (key, value) in store.scan_prefix(&view, b"").await? {
+        if let Some(what) = unpruned(&key, &value, &live_tables)? {
+            let entry = report.unpruned.entry(what).or_default();
+            entry.0 += 1;
+            entry.1 += (key.len() + value.len()) as u64;
+        }
         let (label, path) = declared(&key);
         let entry = report.logical.entry(label.clone()).or_default();
         entry.0 += 1;
@@ -186,6 +226,57 @@ pub async fn audit(store: &Store) -> Result<Audit> {
     }
     report.findings = findings(&report);
     Ok(report)
+}
+
+/// Which unpruned growth a key is, if any: an ended version of a live
+/// table's column, tag, partition or sort, a live table's schema version, or
+/// an option of a dropped table. A record that does not decode is left to
+/// `moraine verify`, not counted.
+fn unpruned(
+    key: &[u8],
+    value: &[u8],
+    live_tables: &std::collections::HashSet<i64>,
+) -> Result<Option<&'static str>> {
+    let table_of = |kind: Kind, column: &str| -> Result<Option<i64>> {
+        let Ok(record) = decode_record(kind.tag(), value) else {
+            return Ok(None);
+        };
+        Ok(kind
+            .def()
+            .position(column)
+            .and_then(|at| record.row.get(at))
+            .and_then(Cell::as_int))
+    };
+    match key.first().and_then(|b| Subspace::from_byte(*b)) {
+        Some(Subspace::History) => {
+            let Some(kind) = key.get(1).and_then(|t| Kind::from_tag(*t)) else {
+                return Ok(None);
+            };
+            let Some((_, column)) = UNPRUNED_HISTORY.iter().find(|(k, _)| *k == kind) else {
+                return Ok(None);
+            };
+            let live = table_of(kind, column)?.is_some_and(|t| live_tables.contains(&t));
+            Ok(live.then_some(kind.def().name))
+        }
+        Some(Subspace::Current) if key.get(1) == Some(&Kind::Metadata.tag()) => {
+            let Ok(record) = decode_record(Kind::Metadata.tag(), value) else {
+                return Ok(None);
+            };
+            let cell = |at: usize| record.row.get(at);
+            let scoped_to_table =
+                cell(column!(Metadata, scope)).and_then(Cell::as_text) == Some("table");
+            let dropped = cell(column!(Metadata, scope_id))
+                .and_then(Cell::as_int)
+                .is_some_and(|t| !live_tables.contains(&t));
+            Ok((scoped_to_table && dropped).then_some("options of dropped tables"))
+        }
+        Some(Subspace::SchemaVersion) => {
+            let live = table_of(Kind::SchemaVersions, "table_id")?
+                .is_some_and(|t| live_tables.contains(&t));
+            Ok(live.then_some("ducklake_schema_versions"))
+        }
+        _ => Ok(None),
+    }
 }
 
 fn findings(a: &Audit) -> Vec<Finding> {
@@ -237,6 +328,26 @@ fn findings(a: &Audit) -> Vec<Finding> {
         out.push(Finding {
             severity: Severity::Reclaimable,
             message: format!("{physical} physical bytes hold {live} live bytes: run CALL moraine_reclaim('lake')"),
+        });
+    }
+    let (records, bytes) = a
+        .unpruned
+        .values()
+        .fold((0, 0), |(r, b), (records, bytes)| (r + records, b + bytes));
+    if bytes > UNPRUNED_FINDING_BYTES && bytes * 10 > live {
+        let parts: Vec<String> = a
+            .unpruned
+            .iter()
+            .map(|(what, (records, bytes))| format!("{what}: {records} records, {bytes} bytes"))
+            .collect();
+        out.push(Finding {
+            severity: Severity::Unpruned,
+            message: format!(
+                "{records} records ({bytes} bytes) that DuckLake 1.5.5's expiry never removes while their table \
+                 lives ({}); they grow with every ALTER and schema change. Recreating the table (CREATE TABLE … AS, \
+                 then DROP) lets expiry take them",
+                parts.join("; ")
+            ),
         });
     }
     let horizon = a
@@ -317,6 +428,14 @@ pub fn rows(a: &Audit) -> Vec<[String; 4]> {
         a.history_versions.to_string(),
         String::new(),
     ));
+    for (what, (records, bytes)) in &a.unpruned {
+        out.push(row(
+            "unpruned",
+            what,
+            bytes.to_string(),
+            format!("{records} records DuckLake's expiry never removes"),
+        ));
+    }
     out.push(row(
         "schedule",
         "backlog",
@@ -394,6 +513,31 @@ mod tests {
         assert!(
             severities(&audit_of(1, 8 * 86_400, Some("1 week"))).is_empty(),
             "an old head never expires"
+        );
+    }
+
+    #[test]
+    fn growth_expiry_never_prunes_is_a_finding_once_it_matters() {
+        let mut a = audit_of(1, 0, Some("1 week"));
+        a.logical.insert("current/x".into(), (1, 10_000_000));
+        a.physical.by_type.insert("sst".into(), (1, 10_000_000));
+        a.unpruned
+            .insert("ducklake_column", (10, UNPRUNED_FINDING_BYTES / 2));
+        assert!(severities(&a).is_empty(), "small growth is no finding");
+        a.unpruned
+            .insert("ducklake_column", (5_000, UNPRUNED_FINDING_BYTES + 1));
+        assert!(
+            severities(&a).is_empty(),
+            "a small share of a large catalog"
+        );
+        a.unpruned
+            .insert("ducklake_schema_versions", (2_000, 1_000_000));
+        let found = findings(&a);
+        assert_eq!(severities(&a), [Severity::Unpruned]);
+        assert!(
+            found[0].message.contains("ducklake_column: 5000 records"),
+            "{}",
+            found[0].message
         );
     }
 
