@@ -67,11 +67,11 @@ pub struct Audit {
     pub findings: Vec<Finding>,
 }
 
-/// What DuckLake 1.5.5's expiry leaves behind for good: it removes ended
-/// versions only of dropped tables, so every ALTER of a live table leaves
-/// its old column, tag, partition and sort versions, and every schema
-/// change a `schema_versions` row; and it never removes the option rows of
-/// a table it dropped. Each (kind, table-id column) names one such growth.
+/// What DuckLake 1.5.5's expiry leaves behind for good while a table lives:
+/// the ended column, tag, partition and sort versions every ALTER leaves,
+/// and a `schema_versions` row per schema change; and, once the table is
+/// dropped, its option rows. Each (kind, table-id column) names one such
+/// growth of history.
 const UNPRUNED_HISTORY: [(Kind, &str); 7] = [
     (Kind::Column, "table_id"),
     (Kind::Tag, "object_id"),
