@@ -420,30 +420,32 @@ async fn genesis() {
     .await;
 }
 
+/// An initialised catalog with table 1, `t`, at snapshot 1.
+async fn table_t(store: &Arc<Store>) {
+    bootstrap(store).await;
+    create_table(store, 1, 1, "t").await;
+}
+
+/// Snapshot 2: a data file for table 1.
+async fn insert_a_data_file(store: &Arc<Store>) {
+    let mut tx = StagedTransaction::new(store.clone());
+    stage(&mut tx, Kind::Snapshot, snapshot_row(2, 1, 3, 11)).await;
+    stage(&mut tx, Kind::DataFile, data_file_row(10, 1, 2)).await;
+    stage(
+        &mut tx,
+        Kind::SnapshotChanges,
+        changes_row(2, "inserted_into_table:1"),
+    )
+    .await;
+    tx.commit().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ordinary_commit() {
     sweep(CommitPath {
         name: "ordinary commit",
-        setup: Some(|store| {
-            boxed(async move {
-                bootstrap(store).await;
-                create_table(store, 1, 1, "t").await;
-            })
-        }),
-        commit: |store| {
-            boxed(async move {
-                let mut tx = StagedTransaction::new(store.clone());
-                stage(&mut tx, Kind::Snapshot, snapshot_row(2, 1, 3, 11)).await;
-                stage(&mut tx, Kind::DataFile, data_file_row(10, 1, 2)).await;
-                stage(
-                    &mut tx,
-                    Kind::SnapshotChanges,
-                    changes_row(2, "inserted_into_table:1"),
-                )
-                .await;
-                tx.commit().await.unwrap();
-            })
-        },
+        setup: Some(|store| boxed(table_t(store))),
+        commit: |store| boxed(insert_a_data_file(store)),
         ..CommitPath::ONE_COMMIT
     })
     .await;
@@ -457,12 +459,7 @@ async fn ordinary_commit() {
 async fn commit_after_a_turn_handover() {
     sweep(CommitPath {
         name: "commit after a turn handover",
-        setup: Some(|store| {
-            boxed(async move {
-                bootstrap(store).await;
-                create_table(store, 1, 1, "t").await;
-            })
-        }),
+        setup: Some(|store| boxed(table_t(store))),
         commit: |holder| {
             boxed(async move {
                 let asker = Store::open_on(
@@ -473,16 +470,7 @@ async fn commit_after_a_turn_handover() {
                 .await
                 .unwrap();
                 let asker = Arc::new(asker);
-                let mut tx = StagedTransaction::new(asker.clone());
-                stage(&mut tx, Kind::Snapshot, snapshot_row(2, 1, 3, 11)).await;
-                stage(&mut tx, Kind::DataFile, data_file_row(10, 1, 2)).await;
-                stage(
-                    &mut tx,
-                    Kind::SnapshotChanges,
-                    changes_row(2, "inserted_into_table:1"),
-                )
-                .await;
-                tx.commit().await.unwrap();
+                insert_a_data_file(&asker).await;
                 std::mem::forget(asker);
             })
         },

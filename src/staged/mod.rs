@@ -476,15 +476,18 @@ impl StagedTransaction {
         Ok(())
     }
 
+    fn pinned_view(&self) -> Result<&crate::store::ReadView> {
+        self.pinned
+            .as_ref()
+            .map(|p| &p.view)
+            .ok_or_else(|| Error::Internal("read view missing at commit".into()))
+    }
+
     /// Translates the staged operations into an open store transaction on
     /// this transaction's view, without committing it.
     pub async fn prepare(&mut self) -> Result<translate::PreparedCommit> {
         let premise = self.premise().await?;
-        let view = &self
-            .pinned
-            .as_ref()
-            .ok_or_else(|| Error::Internal("read view missing at commit".into()))?
-            .view;
+        let view = self.pinned_view()?;
         translate::prepare(&self.store, view, premise, &self.ops).await
     }
 
@@ -495,11 +498,7 @@ impl StagedTransaction {
             return Ok(CommitOutcome::Empty);
         }
         let premise = self.premise().await?;
-        let view = &self
-            .pinned
-            .as_ref()
-            .ok_or_else(|| Error::Internal("read view missing at commit".into()))?
-            .view;
+        let view = self.pinned_view()?;
         let outcome = translate::commit(&self.store, view, premise, &self.ops).await;
         self.store.commits().record(&outcome);
         if let Err(e) = &outcome {

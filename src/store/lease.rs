@@ -248,18 +248,8 @@ pub async fn try_take(
     let found = match store.get(&path).await {
         Ok(found) => found,
         Err(object_store::Error::NotFound { .. }) => {
-            return match write(store, &path, me, exclusive, PutMode::Create).await {
-                Ok(version) => {
-                    release_at_exit(store, root, me);
-                    Ok(Take::Taken(version))
-                }
-                Err(Error::Conflict(_)) => match read(store, root).await? {
-                    Some(record) => Ok(Take::Busy(record)),
-                    // Taken and already handed back: try again.
-                    None => Box::pin(try_take(store, root, uri, me, exclusive, force)).await,
-                },
-                Err(e) => Err(e),
-            };
+            let written = write(store, &path, me, exclusive, PutMode::Create).await;
+            return settle(written, store, root, uri, me, exclusive, force).await;
         }
         Err(e) => return Err(Error::store("reading the writer lease", e)),
     };
@@ -325,6 +315,21 @@ pub async fn try_take(
         // The lease it claimed is replaced: its text never comes back.
         let _ = store.delete(&marker).await;
     }
+    settle(written, store, root, uri, me, exclusive, force).await
+}
+
+/// What a write of `me`'s lease ended in: the lease is taken, or another
+/// writer moved first and holds it, or took and released it already (then
+/// this writer tries again).
+async fn settle(
+    written: Result<UpdateVersion>,
+    store: &Arc<dyn ObjectStore>,
+    root: &Path,
+    uri: &str,
+    me: &Holder,
+    exclusive: bool,
+    force: bool,
+) -> Result<Take> {
     match written {
         Ok(version) => {
             release_at_exit(store, root, me);
