@@ -14,8 +14,8 @@
 //!   sees every commit of every process.
 //! - A process that needs the turn while another holds it writes the ask
 //!   object `turn/ask` and polls the lease. The holder's watcher sees the
-//!   ask, lets its open pins finish (new ones get in for [`FAIR_GRACE`] at
-//!   most, so nested transactions of the holder do not deadlock), closes
+//!   ask, lets its open pins finish (new ones get in only beside an open
+//!   one, so a transaction opened inside another does not deadlock), closes
 //!   its writer and deletes the lease; the asker creates the lease and
 //!   opens its writer, which fences anything the old one might still send.
 //! - A holder that stops renewing (crash on another host, pause, network
@@ -38,22 +38,29 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-/// How long a holder that was asked still admits new pins while its open
-/// ones finish: enough for a transaction that opens another inside itself,
-/// short enough that a stream of transactions cannot starve the asker.
-pub const FAIR_GRACE: Duration = Duration::from_secs(1);
-
 /// How often a waiting process renews its ask, and how old an ask may be
 /// before a holder ignores it (its asker gave up or died).
 const ASK_REFRESH: Duration = Duration::from_millis(200);
 const ASK_LIFETIME_SECONDS: i64 = 3 * TURN_SECONDS as i64;
 
-/// How long a holder that committed recently waits between looks at the
-/// ask object, and how long an idle one waits: an asker waits at most this
-/// long for an idle holder, and an idle holder costs one small read per
-/// interval.
-const WATCH_ACTIVE: Duration = Duration::from_millis(5);
-const WATCH_IDLE: Duration = Duration::from_millis(250);
+/// How long a holder waits between looks at the ask object, by store: a
+/// read costs microseconds on a local store and money on S3. Recently
+/// active holders look often, so that a waiting writer gets the turn soon
+/// after the holder's last transaction; idle ones seldom, since an idle
+/// holder costs one small read per interval.
+#[derive(Debug, Clone, Copy)]
+struct Watch {
+    active: Duration,
+    idle: Duration,
+}
+const WATCH_FAST_STORE: Watch = Watch {
+    active: Duration::from_millis(5),
+    idle: Duration::from_millis(250),
+};
+const WATCH_REMOTE_STORE: Watch = Watch {
+    active: Duration::from_millis(100),
+    idle: Duration::from_secs(1),
+};
 const ACTIVE_WINDOW: Duration = Duration::from_secs(2);
 
 /// Opens this store's SlateDB writer (fencing any earlier one) with the
@@ -94,10 +101,13 @@ pub struct TurnCounters {
     handed_over: AtomicU64,
     waited_ms: AtomicU64,
     fenced: AtomicU64,
+    /// The holder's looks at the ask object: what the turn costs a writer
+    /// nobody asks.
+    ask_reads: AtomicU64,
 }
 
 impl TurnCounters {
-    pub fn snapshot(&self) -> [(&'static str, u64); 4] {
+    pub fn snapshot(&self) -> [(&'static str, u64); 5] {
         [
             ("turns_taken", self.taken.load(Ordering::Relaxed)),
             (
@@ -106,6 +116,7 @@ impl TurnCounters {
             ),
             ("turn_wait_ms", self.waited_ms.load(Ordering::Relaxed)),
             ("turns_lost_to_fencing", self.fenced.load(Ordering::Relaxed)),
+            ("turn_ask_reads", self.ask_reads.load(Ordering::Relaxed)),
         ]
     }
 }
@@ -122,9 +133,10 @@ pub struct WriterTurn {
     policy: TurnPolicy,
     me: Holder,
     open_writer: OpenWriter,
-    /// Between holder and asker polls: quick on a local or in-memory store,
-    /// where a request costs microseconds; slower where it costs money.
+    /// Between an asker's looks at the lease: quick on a local or in-memory
+    /// store, where a request costs microseconds; slower where it costs money.
     poll: Duration,
+    watch: Watch,
     holding: tokio::sync::Mutex<Option<Holding>>,
     pins: AtomicUsize,
     /// When the holder saw another process ask; `None` when nobody asks.
@@ -190,6 +202,11 @@ impl WriterTurn {
             } else {
                 Duration::from_millis(25)
             },
+            watch: if fast_store {
+                WATCH_FAST_STORE
+            } else {
+                WATCH_REMOTE_STORE
+            },
             holding: tokio::sync::Mutex::new(None),
             pins: AtomicUsize::new(0),
             asked: Mutex::new(None),
@@ -238,12 +255,11 @@ impl WriterTurn {
         self.asked.lock().map(|a| a.is_some()).unwrap_or(false)
     }
 
+    /// While another process asks, a new pin gets in only beside an open
+    /// one: DuckLake may open a metadata transaction inside another, and
+    /// refusing the inner one would leave the outer waiting on itself.
     fn admits_new_pins(&self) -> bool {
-        match self.asked.lock().map(|a| *a) {
-            Ok(None) => true,
-            Ok(Some(since)) => self.pins.load(Ordering::SeqCst) > 0 && since.elapsed() < FAIR_GRACE,
-            Err(_) => true,
-        }
+        !self.is_asked() || self.pins.load(Ordering::SeqCst) > 0
     }
 
     fn touch(&self) {
@@ -362,6 +378,7 @@ impl WriterTurn {
 
     /// Whether another writer asks for the turn now.
     async fn someone_asks(&self) -> bool {
+        self.counters.ask_reads.fetch_add(1, Ordering::Relaxed);
         match self.read_ask().await {
             Some((asker, at)) => {
                 asker != self.me.instance() && unix_seconds() - at <= ASK_LIFETIME_SECONDS
@@ -460,9 +477,9 @@ async fn watch(turn: Weak<WriterTurn>, mut lease_version: UpdateVersion) {
             let pause = if turn.policy.exclusive {
                 renew_every
             } else if turn.recently_active() {
-                WATCH_ACTIVE.max(turn.poll)
+                turn.watch.active
             } else {
-                WATCH_IDLE
+                turn.watch.idle
             };
             (pause, renew_every, Arc::clone(&turn))
         };

@@ -6,7 +6,12 @@ use std::path::{Path, PathBuf};
 pub const PLATFORM: &str = "linux_amd64";
 
 pub fn repo_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // `cargo run` names the manifest of the clone it runs from; the path
+    // compiled in may be another clone's that shares this target dir (the
+    // binary is one file for every clone).
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     manifest
         .parent()
         .expect("xtask lives one level below the repository root")
