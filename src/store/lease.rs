@@ -557,6 +557,25 @@ mod tests {
         Arc::new(InMemory::new())
     }
 
+    /// The in-memory store, which has If-Match, and the local filesystem,
+    /// which has only create-if-absent: `(local, store, its directory)`.
+    fn stores_with_and_without_if_match() -> Vec<(bool, Arc<dyn ObjectStore>, tempfile::TempDir)> {
+        [false, true]
+            .into_iter()
+            .map(|local| {
+                let dir = tempfile::tempdir().unwrap();
+                let store: Arc<dyn ObjectStore> = if local {
+                    Arc::new(
+                        object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap(),
+                    )
+                } else {
+                    memory()
+                };
+                (local, store, dir)
+            })
+            .collect()
+    }
+
     async fn put_lease(store: &Arc<dyn ObjectStore>, root: &Path, text: String) {
         store
             .put(&lease_path(root), text.into_bytes().into())
@@ -622,13 +641,7 @@ mod tests {
 
     #[tokio::test]
     async fn of_two_writers_replacing_one_stale_lease_exactly_one_wins() {
-        for local in [false, true] {
-            let dir = tempfile::tempdir().unwrap();
-            let store: Arc<dyn ObjectStore> = if local {
-                Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap())
-            } else {
-                memory()
-            };
+        for (local, store, _dir) in stores_with_and_without_if_match() {
             let root = Path::from("catalog");
             let dead = format!("{} until 1 turn", other_host_holder().render());
             put_lease(&store, &root, dead).await;
@@ -686,13 +699,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_renewal_after_a_takeover_fails_and_writes_nothing() {
-        for local in [false, true] {
-            let dir = tempfile::tempdir().unwrap();
-            let store: Arc<dyn ObjectStore> = if local {
-                Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap())
-            } else {
-                memory()
-            };
+        for (local, store, _dir) in stores_with_and_without_if_match() {
             let root = Path::from("catalog");
             let me = Holder::new_instance();
             let Take::Taken(version) = take(&store, &root, &me, false, false).await.unwrap() else {
@@ -701,7 +708,10 @@ mod tests {
             let newer = LeaseRecord::render(&other_host_holder(), false);
             put_lease(&store, &root, newer.clone()).await;
             let renewed = renew(&store, &root, &me, false, &version).await;
-            assert!(matches!(renewed, Err(Error::Conflict(_))), "{renewed:?}");
+            assert!(
+                matches!(renewed, Err(Error::Conflict(_))),
+                "local {local}: {renewed:?}"
+            );
             assert_eq!(read_text(&store, &root).await.unwrap(), Some(newer));
         }
     }
