@@ -133,7 +133,8 @@ def run_three_writers(tmp, lake):
     landed = sum(int(s.get("commits_landed", 0)) for s in stats)
     handovers = sum(int(s.get("turns_handed_over", 0)) for s in stats)
     assert landed >= WRITERS * COMMITS * 2, stats
-    requests = {k: sum(int(s.get(k, 0)) for s in stats) for k in stats[0] if k.startswith("object_store_")}
+    requests = {k: sum(int(s.get(k, 0)) for s in stats) for k in stats[0]
+                if k.startswith("object_store_") or k.startswith("turn_")}
     print("%d writers x %d commits: %.1f s, %.1f commits/s, %.2f attempts per commit, %d handovers; requests %s" % (
         WRITERS, 2 * COMMITS, took, WRITERS * COMMITS * 2 / took, attempts / max(landed, 1), handovers, requests))
 

@@ -54,7 +54,7 @@ struct Watch {
     idle: Duration,
 }
 const WATCH_FAST_STORE: Watch = Watch {
-    active: Duration::from_millis(5),
+    active: Duration::from_millis(2),
     idle: Duration::from_millis(250),
 };
 const WATCH_REMOTE_STORE: Watch = Watch {
@@ -104,10 +104,14 @@ pub struct TurnCounters {
     /// The holder's looks at the ask object: what the turn costs a writer
     /// nobody asks.
     ask_reads: AtomicU64,
+    /// Time spent opening SlateDB's writer on taking the turn, and closing
+    /// it on handing over: what a handover costs beyond the lease.
+    open_ms: AtomicU64,
+    close_ms: AtomicU64,
 }
 
 impl TurnCounters {
-    pub fn snapshot(&self) -> [(&'static str, u64); 5] {
+    pub fn snapshot(&self) -> [(&'static str, u64); 7] {
         [
             ("turns_taken", self.taken.load(Ordering::Relaxed)),
             (
@@ -117,6 +121,8 @@ impl TurnCounters {
             ("turn_wait_ms", self.waited_ms.load(Ordering::Relaxed)),
             ("turns_lost_to_fencing", self.fenced.load(Ordering::Relaxed)),
             ("turn_ask_reads", self.ask_reads.load(Ordering::Relaxed)),
+            ("turn_open_ms", self.open_ms.load(Ordering::Relaxed)),
+            ("turn_close_ms", self.close_ms.load(Ordering::Relaxed)),
         ]
     }
 }
@@ -198,7 +204,7 @@ impl WriterTurn {
             me: Holder::new_instance(),
             open_writer,
             poll: if fast_store {
-                Duration::from_millis(4)
+                Duration::from_millis(1)
             } else {
                 Duration::from_millis(25)
             },
@@ -291,6 +297,7 @@ impl WriterTurn {
             .await;
             let record = match taken {
                 Ok(Take::Taken(version)) => {
+                    let opening = Instant::now();
                     let writer = match (self.open_writer)().await {
                         Ok(writer) => writer,
                         Err(e) => {
@@ -303,6 +310,9 @@ impl WriterTurn {
                         self.withdraw_ask().await;
                     }
                     self.counters.taken.fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .open_ms
+                        .fetch_add(opening.elapsed().as_millis() as u64, Ordering::Relaxed);
                     self.counters
                         .waited_ms
                         .fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
@@ -405,6 +415,7 @@ impl WriterTurn {
             return false;
         }
         if let Some(held) = holding.take() {
+            let closing = Instant::now();
             // Everything this writer acknowledged is durable in the WAL
             // already, and the next writer replays it: no memtable flush,
             // whose L0 would set the compactor going under the close.
@@ -416,6 +427,9 @@ impl WriterTurn {
                     flush_type: Some(slatedb::config::FlushType::Wal),
                 })
                 .await;
+            self.counters
+                .close_ms
+                .fetch_add(closing.elapsed().as_millis() as u64, Ordering::Relaxed);
             lease::release(&self.object_store, &self.root, &self.me).await;
             self.counters.handed_over.fetch_add(1, Ordering::Relaxed);
         }
