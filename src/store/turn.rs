@@ -54,7 +54,7 @@ struct Watch {
     idle: Duration,
 }
 const WATCH_FAST_STORE: Watch = Watch {
-    active: Duration::from_millis(2),
+    active: Duration::from_millis(5),
     idle: Duration::from_millis(250),
 };
 const WATCH_REMOTE_STORE: Watch = Watch {
@@ -204,7 +204,7 @@ impl WriterTurn {
             me: Holder::new_instance(),
             open_writer,
             poll: if fast_store {
-                Duration::from_millis(1)
+                Duration::from_millis(4)
             } else {
                 Duration::from_millis(25)
             },
