@@ -4,6 +4,8 @@ removal and compaction on a moraine-backed lake."""
 import glob
 import hashlib
 import os
+import subprocess
+import sys
 
 import harness
 
@@ -158,3 +160,37 @@ def test_rewrite_data_files_keeps_rows_row_ids_and_time_travel(tmp):
     con.execute("CALL ducklake_expire_snapshots('lake', older_than => now())")
     con.execute("CALL ducklake_cleanup_old_files('lake', cleanup_all => true)")
     assert sorted(con.execute("SELECT rowid, id FROM r").fetchall()) == rows_before
+
+
+def test_detach_after_expiring_a_long_history_finishes(tmp):
+    """Lakes with 1,000 commits each, attached again in one process and expired, detach promptly: closing the
+    writer flushes no memtable, so it never waits on a compactor that has already stopped. (With a memtable
+    flush at close, this process hung in its first detach after an expiry.)"""
+    harness.require_extension("moraine")
+    script = r"""
+import os, sys
+sys.path.insert(0, %r)
+import harness
+lakes = []
+for n in range(6):
+    path = os.path.join(%r, "lake%%d" %% n)
+    attach = "ATTACH 'ducklake:moraine:%%s/catalog' AS lake%%d (DATA_PATH '%%s/data/')" %% (path, n, path)
+    con = harness.connect()
+    con.execute("SET threads=1")
+    con.execute(attach)
+    con.execute("CREATE TABLE lake%%d.h (id INTEGER)" %% n)
+    for i in range(1000):
+        con.execute("INSERT INTO lake%%d.h VALUES (%%d)" %% (n, i))
+    con.close()
+    lakes.append((n, attach))
+for n, attach in lakes:
+    con = harness.connect()
+    con.execute("SET threads=1")
+    con.execute(attach)
+    assert con.execute("SELECT count(*) FROM lake%%d.h" %% n).fetchone()[0] == 1000
+    con.execute("CALL ducklake_expire_snapshots('lake%%d', older_than => now())" %% n).fetchall()
+    con.close()
+    print("closed", n, flush=True)
+""" % (os.path.dirname(os.path.abspath(__file__)), tmp)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "closed 5" in proc.stdout, (proc.stdout, proc.stderr[-3000:])

@@ -82,6 +82,22 @@ impl OpenedWriter {
         }
         self.compaction.shutdown().await;
     }
+
+    /// Stops the upkeep and closes the writer. Everything it acknowledged is
+    /// durable in the WAL already, and the next writer replays it, so the
+    /// memtable is not flushed: with the compactor stopped, a flush that
+    /// finds L0 full would wait for a compaction that never comes (SlateDB
+    /// holds flushes back while L0 is over its limit), and a flush per
+    /// handover would fill L0 faster than the compactor drains it.
+    async fn close(&self) -> Result<()> {
+        self.stop_upkeep().await;
+        self.db
+            .close_with_options(slatedb::config::CloseOptions {
+                flush_type: Some(slatedb::config::FlushType::Wal),
+            })
+            .await
+            .map_err(|e| crate::error::slate("closing", e))
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -416,17 +432,7 @@ impl WriterTurn {
         }
         if let Some(held) = holding.take() {
             let closing = Instant::now();
-            // Everything this writer acknowledged is durable in the WAL
-            // already, and the next writer replays it: no memtable flush,
-            // whose L0 would set the compactor going under the close.
-            held.writer.stop_upkeep().await;
-            let _ = held
-                .writer
-                .db
-                .close_with_options(slatedb::config::CloseOptions {
-                    flush_type: Some(slatedb::config::FlushType::Wal),
-                })
-                .await;
+            let _ = held.writer.close().await;
             self.counters
                 .close_ms
                 .fetch_add(closing.elapsed().as_millis() as u64, Ordering::Relaxed);
@@ -446,13 +452,7 @@ impl WriterTurn {
             return Ok(());
         };
         held.watcher.abort();
-        held.writer.stop_upkeep().await;
-        let closed = held
-            .writer
-            .db
-            .close()
-            .await
-            .map_err(|e| crate::error::slate("closing", e));
+        let closed = held.writer.close().await;
         lease::release(&self.object_store, &self.root, &self.me).await;
         closed
     }
