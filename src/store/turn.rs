@@ -452,7 +452,11 @@ impl WriterTurn {
             return Ok(());
         };
         held.watcher.abort();
-        let closed = held.writer.close().await;
+        // A detach leaves the store in SSTs, not only in the WAL, so a reader
+        // or the next writer replays little. The flush runs while the
+        // compactor still does, which drains L0 if it is over its limit.
+        let flushed = super::upkeep::flush_to_l0(&held.writer.db).await;
+        let closed = held.writer.close().await.and(flushed);
         lease::release(&self.object_store, &self.root, &self.me).await;
         closed
     }
