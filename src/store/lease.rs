@@ -234,112 +234,117 @@ pub enum Take {
     Busy(LeaseRecord),
 }
 
-/// One attempt to take the lease for `me`. A live exclusive holder, or a
-/// live holder of any kind when `me` wants exclusivity, refuses at once.
-pub async fn try_take(
-    store: &Arc<dyn ObjectStore>,
-    root: &Path,
-    uri: &str,
-    me: &Holder,
-    exclusive: bool,
-    force: bool,
-) -> Result<Take> {
-    let path = lease_path(root);
-    let found = match store.get(&path).await {
-        Ok(found) => found,
-        Err(object_store::Error::NotFound { .. }) => {
-            let written = write(store, &path, me, exclusive, PutMode::Create).await;
-            return settle(written, store, root, uri, me, exclusive, force).await;
-        }
-        Err(e) => return Err(Error::store("reading the writer lease", e)),
-    };
-    let seen = UpdateVersion {
-        e_tag: found.meta.e_tag.clone(),
-        version: found.meta.version.clone(),
-    };
-    let text = found
-        .bytes()
-        .await
-        .map_err(|e| Error::store("reading the writer lease", e))?;
-    let text = String::from_utf8_lossy(&text).to_string();
-    let record = LeaseRecord::parse(&text);
-    let mine = record.as_ref().is_some_and(|r| r.is_held_by(me));
-    if let Some(record) = record.as_ref().filter(|r| !mine && r.is_live() && !force) {
-        if record.exclusive || exclusive {
-            return Err(in_use(
-                uri,
-                &format!(
-                    "{}, lease valid for {} more seconds",
-                    record.holder_text,
-                    record.seconds_left()
-                ),
-            ));
-        }
-        return Ok(Take::Busy(record.clone()));
-    }
-    // This writer's own lease, a stale one, or a forced takeover: claim this
-    // very lease first, so that of two processes replacing it one wins.
-    let marker = takeover_marker(root, &text);
-    if !mine {
-        let claimed = claim_takeover(store, &marker, &text).await?;
-        // A claim made after the previous claimer finished (and removed its
-        // marker) finds that claimer's lease in place: it is not stale.
-        let unchanged = claimed && read_text(store, root).await?.as_deref() == Some(text.as_str());
-        if !unchanged {
-            if claimed {
-                let _ = store.delete(&marker).await;
-            }
-            return match read(store, root).await? {
-                Some(record) if !record.is_held_by(me) => Ok(Take::Busy(record)),
-                _ => Box::pin(try_take(store, root, uri, me, exclusive, force)).await,
-            };
-        }
-    }
-    let written = match write(store, &path, me, exclusive, PutMode::Update(seen)).await {
-        // No If-Match here (the local filesystem): the claim above settled
-        // who replaces this lease.
-        Err(Error::Unsupported(_)) => store
-            .put(
-                &path,
-                PutPayload::from(LeaseRecord::render(me, exclusive).into_bytes()),
-            )
-            .await
-            .map(|put| UpdateVersion {
-                e_tag: put.e_tag,
-                version: put.version,
-            })
-            .map_err(|e| Error::store("writing the writer lease", e)),
-        other => other,
-    };
-    if !mine {
-        // The lease it claimed is replaced: its text never comes back.
-        let _ = store.delete(&marker).await;
-    }
-    settle(written, store, root, uri, me, exclusive, force).await
+/// One writer's claim on one store's lease: who asks, where, and on what
+/// terms.
+pub struct LeaseClaim<'a> {
+    pub store: &'a Arc<dyn ObjectStore>,
+    pub root: &'a Path,
+    /// The store as users name it, for messages.
+    pub uri: &'a str,
+    pub me: &'a Holder,
+    pub exclusive: bool,
+    pub force: bool,
 }
 
-/// What a write of `me`'s lease ended in: the lease is taken, or another
-/// writer moved first and holds it, or took and released it already (then
-/// this writer tries again).
-async fn settle(
-    written: Result<UpdateVersion>,
-    store: &Arc<dyn ObjectStore>,
-    root: &Path,
-    uri: &str,
-    me: &Holder,
-    exclusive: bool,
-    force: bool,
-) -> Result<Take> {
-    match written {
-        Ok(version) => {
-            release_at_exit(store, root, me);
-            Ok(Take::Taken(version))
+impl LeaseClaim<'_> {
+    /// One attempt to take the lease. A live exclusive holder, or a live
+    /// holder of any kind when this writer wants exclusivity, refuses at
+    /// once.
+    pub async fn try_take(&self) -> Result<Take> {
+        loop {
+            if let Some(outcome) = self.attempt().await? {
+                return Ok(outcome);
+            }
         }
-        Err(Error::Conflict(_)) => match read(store, root).await? {
-            Some(record) => Ok(Take::Busy(record)),
-            None => Box::pin(try_take(store, root, uri, me, exclusive, force)).await,
-        },
-        Err(e) => Err(e),
+    }
+
+    /// `None` when the lease changed under this attempt and was released
+    /// again before it could be read: the caller tries once more.
+    async fn attempt(&self) -> Result<Option<Take>> {
+        let (store, root, me) = (self.store, self.root, self.me);
+        let path = lease_path(root);
+        let found = match store.get(&path).await {
+            Ok(found) => found,
+            Err(object_store::Error::NotFound { .. }) => {
+                let written = write(store, &path, me, self.exclusive, PutMode::Create).await;
+                return self.settle(written).await;
+            }
+            Err(e) => return Err(Error::store("reading the writer lease", e)),
+        };
+        let seen = UpdateVersion {
+            e_tag: found.meta.e_tag.clone(),
+            version: found.meta.version.clone(),
+        };
+        let text = found
+            .bytes()
+            .await
+            .map_err(|e| Error::store("reading the writer lease", e))?;
+        let text = String::from_utf8_lossy(&text).to_string();
+        let record = LeaseRecord::parse(&text);
+        let mine = record.as_ref().is_some_and(|r| r.is_held_by(me));
+        if let Some(record) = record
+            .as_ref()
+            .filter(|r| !mine && r.is_live() && !self.force)
+        {
+            if record.exclusive || self.exclusive {
+                return Err(in_use(
+                    self.uri,
+                    &format!(
+                        "{}, lease valid for {} more seconds",
+                        record.holder_text,
+                        record.seconds_left()
+                    ),
+                ));
+            }
+            return Ok(Some(Take::Busy(record.clone())));
+        }
+        // This writer's own lease, a stale one, or a forced takeover: claim
+        // this very lease first, so that of two processes replacing it one
+        // wins.
+        let marker = takeover_marker(root, &text);
+        if !mine {
+            let claimed = claim_takeover(store, &marker, &text).await?;
+            // A claim made after the previous claimer finished (and removed
+            // its marker) finds that claimer's lease in place: it is not stale.
+            let unchanged =
+                claimed && read_text(store, root).await?.as_deref() == Some(text.as_str());
+            if !unchanged {
+                if claimed {
+                    let _ = store.delete(&marker).await;
+                }
+                return Ok(match read(store, root).await? {
+                    Some(record) if !record.is_held_by(me) => Some(Take::Busy(record)),
+                    _ => None,
+                });
+            }
+        }
+        let written = match write(store, &path, me, self.exclusive, PutMode::Update(seen)).await {
+            // No If-Match here (the local filesystem): the claim above
+            // settled who replaces this lease.
+            Err(Error::Unsupported(_)) => {
+                write_unconditionally(store, &path, me, self.exclusive).await
+            }
+            other => other,
+        };
+        if !mine {
+            // The lease it claimed is replaced: its text never comes back.
+            let _ = store.delete(&marker).await;
+        }
+        self.settle(written).await
+    }
+
+    /// What a write of this writer's lease ended in: the lease is taken, or
+    /// another writer moved first and holds it, or took and released it
+    /// already (`None`: try again).
+    async fn settle(&self, written: Result<UpdateVersion>) -> Result<Option<Take>> {
+        match written {
+            Ok(version) => {
+                release_at_exit(self.store, self.root, self.me);
+                Ok(Some(Take::Taken(version)))
+            }
+            Err(Error::Conflict(_)) => Ok(read(self.store, self.root).await?.map(Take::Busy)),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -419,15 +424,7 @@ pub async fn renew(
                 Some(record) if record.is_held_by(me) => {}
                 _ => return Err(Error::Conflict("the writer lease was taken over".into())),
             }
-            let body = PutPayload::from(LeaseRecord::render(me, exclusive).into_bytes());
-            let put = store
-                .put(&path, body)
-                .await
-                .map_err(|e| Error::store("renewing the writer lease", e))?;
-            Ok(UpdateVersion {
-                e_tag: put.e_tag,
-                version: put.version,
-            })
+            write_unconditionally(store, &path, me, exclusive).await
         }
         other => other,
     }
@@ -535,6 +532,25 @@ async fn write(
     }
 }
 
+/// Writes `me`'s lease with no precondition, where the store has none to
+/// offer and the caller has settled who may write.
+async fn write_unconditionally(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    me: &Holder,
+    exclusive: bool,
+) -> Result<UpdateVersion> {
+    let body = PutPayload::from(LeaseRecord::render(me, exclusive).into_bytes());
+    let put = store
+        .put(path, body)
+        .await
+        .map_err(|e| Error::store("writing the writer lease", e))?;
+    Ok(UpdateVersion {
+        e_tag: put.e_tag,
+        version: put.version,
+    })
+}
+
 /// Removes the lease if `me` holds it: a lease another writer took over is
 /// theirs.
 pub async fn release(store: &Arc<dyn ObjectStore>, root: &Path, me: &Holder) {
@@ -599,7 +615,16 @@ mod tests {
         exclusive: bool,
         force: bool,
     ) -> Result<Take> {
-        try_take(store, root, "memory://t", me, exclusive, force).await
+        LeaseClaim {
+            store,
+            root,
+            uri: "memory://t",
+            me,
+            exclusive,
+            force,
+        }
+        .try_take()
+        .await
     }
 
     #[tokio::test]

@@ -34,7 +34,7 @@ use futures_util::future::BoxFuture;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, UpdateVersion};
 use slatedb::Db;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -161,8 +161,8 @@ pub struct WriterTurn {
     watch: Watch,
     holding: tokio::sync::Mutex<Option<Holding>>,
     pins: AtomicUsize,
-    /// When the holder saw another process ask; `None` when nobody asks.
-    asked: Mutex<Option<Instant>>,
+    /// Whether the holder saw another process ask for the turn.
+    asked: AtomicBool,
     /// Wakes the watcher when the last pin ends while someone asks.
     drained: tokio::sync::Notify,
     last_active: Mutex<Instant>,
@@ -231,7 +231,7 @@ impl WriterTurn {
             },
             holding: tokio::sync::Mutex::new(None),
             pins: AtomicUsize::new(0),
-            asked: Mutex::new(None),
+            asked: AtomicBool::new(false),
             drained: tokio::sync::Notify::new(),
             last_active: Mutex::new(Instant::now()),
             counters: TurnCounters::default(),
@@ -274,7 +274,7 @@ impl WriterTurn {
     }
 
     fn is_asked(&self) -> bool {
-        self.asked.lock().map(|a| a.is_some()).unwrap_or(false)
+        self.asked.load(Ordering::SeqCst)
     }
 
     /// While another process asks, a new pin gets in only beside an open
@@ -302,14 +302,15 @@ impl WriterTurn {
     async fn take(self: &Arc<Self>, holding: &mut Option<Holding>, started: Instant) -> Result<()> {
         let mut asked_at: Option<Instant> = None;
         loop {
-            let taken = lease::try_take(
-                &self.object_store,
-                &self.root,
-                &self.uri,
-                &self.me,
-                self.policy.exclusive,
-                self.policy.force_takeover,
-            )
+            let taken = lease::LeaseClaim {
+                store: &self.object_store,
+                root: &self.root,
+                uri: &self.uri,
+                me: &self.me,
+                exclusive: self.policy.exclusive,
+                force: self.policy.force_takeover,
+            }
+            .try_take()
             .await;
             let record = match taken {
                 Ok(Take::Taken(version)) => {
@@ -332,9 +333,7 @@ impl WriterTurn {
                     self.counters
                         .waited_ms
                         .fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
-                    if let Ok(mut asked) = self.asked.lock() {
-                        *asked = None;
-                    }
+                    self.asked.store(false, Ordering::SeqCst);
                     self.touch();
                     let watcher = tokio::spawn(watch(Arc::downgrade(self), version));
                     *holding = Some(Holding { writer, watcher });
@@ -439,9 +438,7 @@ impl WriterTurn {
             lease::release(&self.object_store, &self.root, &self.me).await;
             self.counters.handed_over.fetch_add(1, Ordering::Relaxed);
         }
-        if let Ok(mut asked) = self.asked.lock() {
-            *asked = None;
-        }
+        self.asked.store(false, Ordering::SeqCst);
         true
     }
 
@@ -536,9 +533,7 @@ async fn watch(turn: Weak<WriterTurn>, mut lease_version: UpdateVersion) {
             if !turn.someone_asks().await {
                 continue;
             }
-            if let Ok(mut asked) = turn.asked.lock() {
-                *asked = Some(Instant::now());
-            }
+            turn.asked.store(true, Ordering::SeqCst);
         }
         if turn.pins.load(Ordering::SeqCst) == 0 && turn.hand_over().await {
             return;
