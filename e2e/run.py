@@ -54,6 +54,7 @@ def run_one(f):
 def main(argv):
     filt = argv[0] if argv else None
     passed = failed = 0
+    failures = []
     for name, f, err in discover(filt):
         start = time.time()
         if err is None:
@@ -64,10 +65,14 @@ def main(argv):
             print("ok   %s (%.2fs)" % (name, took))
         else:
             failed += 1
+            failures.append((name, err.rstrip().split("\n")[-1]))
             print("FAIL %s (%.2fs)" % (name, took))
             for line in err.rstrip().split("\n"):
                 print("  | " + line)
         sys.stdout.flush()
+    # A long run's log is often seen only by its tail: name what failed there too.
+    for name, last_line in failures:
+        print("FAIL %s: %s" % (name, last_line[:300]))
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 

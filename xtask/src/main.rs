@@ -415,18 +415,13 @@ fn run_python_runner(root: &Path, args: &[&str]) -> Result<Counts> {
         .env("MORAINE_WHEELHOUSE", paths::wheelhouse(root))
         .env("PYTHONDONTWRITEBYTECODE", "1");
     let (ok, out) = run_tee(&mut cmd)?;
-    match summary::last_summary(&out) {
-        Some(counts) if ok || counts.failed > 0 => Ok(counts),
+    let counts = match summary::last_summary(&out) {
+        Some(counts) if ok || counts.failed > 0 => counts,
         // Crashed without a summary, or exited non-zero with 0 failures: count it as a failure.
-        Some(counts) => Ok(Counts {
-            failed: counts.failed + 1,
-            ..counts
-        }),
-        None => Ok(Counts {
-            passed: 0,
-            failed: 1,
-        }),
-    }
+        Some(counts) => counts.add(Counts::new(0, 1)),
+        None => Counts::new(0, 1),
+    };
+    Ok(counts.with_failures_from(&out))
 }
 
 fn sqltest(root: &Path, filter: Option<&str>) -> Result<Counts> {
@@ -473,7 +468,7 @@ fn cargo_test(root: &Path) -> Result<Counts> {
             .args(["test", "--workspace", "--", "--show-output"])
             .current_dir(root),
     )?;
-    let mut counts = summary::cargo_test_totals(&out);
+    let mut counts = summary::cargo_test_totals(&out).with_failures_from(&out);
     if !ok && counts.failed == 0 {
         counts.failed += 1; // did not compile, or a harness crashed
     }
@@ -486,12 +481,9 @@ fn test_all(root: &Path) -> ExitCode {
     let mut record = |name: &'static str, r: Result<Counts>, total: &mut Counts| {
         let c = r.unwrap_or_else(|e| {
             eprintln!("xtask: {name}: {e}");
-            Counts {
-                passed: 0,
-                failed: 1,
-            }
+            Counts::new(0, 1)
         });
-        *total = total.add(c);
+        *total = std::mem::take(total).add(c.clone());
         stages.push((name, c));
     };
 
@@ -521,6 +513,9 @@ fn test_all(root: &Path) -> ExitCode {
     println!("== summary");
     for (name, c) in &stages {
         println!("  {name:<20} {} passed, {} failed", c.passed, c.failed);
+        for failure in &c.failures {
+            println!("    {failure}");
+        }
     }
     println!("{} passed, {} failed", total.passed, total.failed);
     if total.failed == 0 && total.passed > 0 {

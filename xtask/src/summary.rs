@@ -1,17 +1,56 @@
 //! Pass/fail counts: parsing runner output and adding stages up.
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Counts {
     pub passed: u64,
     pub failed: u64,
+    /// The runners' own lines naming each failed test, repeated in the
+    /// summary: a long run's log is often seen only by its tail.
+    pub failures: Vec<String>,
 }
 
 impl Counts {
-    pub fn add(self, other: Counts) -> Counts {
+    pub fn new(passed: u64, failed: u64) -> Counts {
         Counts {
-            passed: self.passed + other.passed,
-            failed: self.failed + other.failed,
+            passed,
+            failed,
+            failures: Vec::new(),
         }
+    }
+
+    pub fn add(mut self, other: Counts) -> Counts {
+        self.passed += other.passed;
+        self.failed += other.failed;
+        self.failures.extend(other.failures);
+        self
+    }
+
+    /// Keeps the lines of `output` that name a failed test: the runners'
+    /// `FAIL name ...` and cargo's `test name ... FAILED`. A runner that
+    /// repeats a failure with its reason at the end is shown by that last
+    /// line.
+    pub fn with_failures_from(mut self, output: &str) -> Counts {
+        for line in output.lines().map(str::trim) {
+            let is_failure = line.starts_with("FAIL ")
+                || (line.starts_with("test ") && line.ends_with(" ... FAILED"));
+            if !is_failure {
+                continue;
+            }
+            let name = |l: &str| {
+                l.split_whitespace()
+                    .nth(1)
+                    .map(|n| n.trim_end_matches(':').to_string())
+            };
+            match self
+                .failures
+                .iter_mut()
+                .find(|seen| name(seen) == name(line))
+            {
+                Some(seen) => *seen = line.to_string(),
+                None => self.failures.push(line.to_string()),
+            }
+        }
+        self
     }
 
     pub fn into_result(self) -> Result<(), String> {
@@ -34,9 +73,9 @@ fn parse_summary_line(line: &str) -> Option<Counts> {
     let passed = parts.next()?.strip_suffix(" passed")?.parse().ok()?;
     let failed = parts.next()?.strip_suffix(" failed")?.parse().ok()?;
     match parts.next() {
-        None => Some(Counts { passed, failed }),
+        None => Some(Counts::new(passed, failed)),
         Some(rest) if rest.ends_with(" skipped") && parts.next().is_none() => {
-            Some(Counts { passed, failed })
+            Some(Counts::new(passed, failed))
         }
         Some(_) => None,
     }
@@ -74,25 +113,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn failures_are_named_once_by_their_last_line() {
+        let out = "ok   a.py::t1 (0.1s)\nFAIL a.py::t2 (0.2s)\n  | boom\n\
+                   test lib::x ... FAILED\nFAIL a.py::t2: AssertionError: boom\n";
+        let counts = Counts::new(1, 2).with_failures_from(out);
+        assert_eq!(
+            counts.failures,
+            vec![
+                "FAIL a.py::t2: AssertionError: boom",
+                "test lib::x ... FAILED"
+            ]
+        );
+    }
+
+    #[test]
     fn summary_line_is_found_last() {
         let out = "1 passed, 0 failed\nnoise\n3 passed, 2 failed\n";
-        assert_eq!(
-            last_summary(out),
-            Some(Counts {
-                passed: 3,
-                failed: 2
-            })
-        );
+        assert_eq!(last_summary(out), Some(Counts::new(3, 2)));
     }
 
     #[test]
     fn summary_line_allows_skipped_suffix_and_rejects_other_text() {
         assert_eq!(
             last_summary("4 passed, 0 failed, 1 skipped"),
-            Some(Counts {
-                passed: 4,
-                failed: 0
-            })
+            Some(Counts::new(4, 0))
         );
         assert_eq!(last_summary("FAIL: 4 passed, 0 failed but more"), None);
         assert_eq!(last_summary("nothing here"), None);
@@ -107,12 +151,6 @@ test result: FAILED. 5 passed; 2 failed; 1 ignored; 0 measured; 0 filtered out; 
    Doc-tests moraine
 test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s
 ";
-        assert_eq!(
-            cargo_test_totals(out),
-            Counts {
-                passed: 8,
-                failed: 2
-            }
-        );
+        assert_eq!(cargo_test_totals(out), Counts::new(8, 2));
     }
 }
