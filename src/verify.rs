@@ -15,7 +15,7 @@
 //! exist at the first *retained* snapshot of its lifetime (owners that
 //! surviving snapshots see are never expired).
 
-use crate::catalog::{self, Cell, Head, Kind, Lifecycle, Row};
+use crate::catalog::{self, image, Cell, Head, Kind, Lifecycle, Row};
 use crate::error::{Error, Result};
 use crate::inline;
 use crate::store::keys::{self, Subspace};
@@ -271,6 +271,9 @@ fn decode_entry(catalog: &mut Catalog, key: &[u8], value: &[u8]) {
         }
         Some(Subspace::SchemaVersion) => decode_fixed(catalog, Kind::SchemaVersions, key, value),
         Some(Subspace::Inline) => decode_inline(catalog, key, value),
+        // Derived and checked against its head where it is read; here only
+        // that it decodes.
+        Some(Subspace::Image) => image::check_part(key, value),
     };
     if let Err(e) = outcome {
         catalog.violation(Rule::RecordDecodes, key, e.to_string());

@@ -7,8 +7,9 @@
 mod common;
 
 use common::*;
+use moraine::catalog;
 use moraine::catalog::{Kind, Row, TableRef};
-use moraine::staged::{AttachShared, StagedTransaction};
+use moraine::staged::{take_image, AttachShared, StagedTransaction};
 use moraine::store::Store;
 use std::sync::Arc;
 
@@ -35,10 +36,79 @@ impl Attach {
             let kept = shared.visible_rows(table).await.unwrap();
             assert_eq!(kept, from_store, "{name} after {after}");
         }
+        drop((shared, fresh));
+        self.check_image(after).await;
+    }
+
+    /// An image of the kept rows, read by an attach that keeps nothing yet,
+    /// must serve exactly the records, and must be what it reads.
+    async fn check_image(&self, after: &str) {
+        assert!(
+            take_image(&self.store, &self.shared, 0).await.unwrap(),
+            "no image taken after {after}"
+        );
+        let mut records = StagedTransaction::new(self.store.clone());
+        let names = records.list_tables().await.unwrap();
+        let mut expected = Vec::new();
+        for name in &names {
+            let table = TableRef::parse(name).unwrap();
+            expected.push(records_of(&self.store, table).await);
+        }
+        let mut imaged = StagedTransaction::new(self.store.clone());
+        assert_eq!(imaged.list_tables().await.unwrap(), names);
+        let keys_before = self.store.keys_read();
+        let mut rows_served = 0;
+        for (name, expected) in names.iter().zip(expected) {
+            let table = TableRef::parse(name).unwrap();
+            let kept = self
+                .shared
+                .rows
+                .rows(imaged.premise().await.unwrap(), table);
+            let from_image = imaged.visible_rows(table).await.unwrap();
+            if kept.is_some() {
+                assert_eq!(
+                    from_image.as_ref(),
+                    &expected,
+                    "{name}'s image after {after}"
+                );
+                rows_served += expected.len();
+            }
+        }
+        let keys = self.store.keys_read() - keys_before;
+        // The image's stamp and parts, the head and format, the inline
+        // listings: and not one record.
+        let image_keys = store_contents(&self.store)
+            .await
+            .iter()
+            .filter(|(key, _)| key.first() == Some(&7))
+            .count() as u64;
+        assert!(
+            keys <= image_keys + 6,
+            "after {after}: {keys} keys read to serve {rows_served} rows from {image_keys} image keys"
+        );
     }
 
     async fn scan(&self, tx: &mut StagedTransaction, kind: Kind) -> (i64, Arc<Vec<Row>>) {
         tx.scan(fixed(kind)).await.unwrap()
+    }
+}
+
+/// A table's committed rows read from its records alone.
+async fn records_of(store: &Arc<Store>, table: TableRef) -> Vec<Row> {
+    let view = store.snapshot().await.unwrap();
+    match table {
+        TableRef::Fixed(kind) => catalog::committed_rows(store, &view, kind).await.unwrap(),
+        TableRef::InlineData {
+            table_id,
+            schema_version,
+        } => moraine::inline::committed_data_rows(store, &view, table_id, schema_version)
+            .await
+            .unwrap(),
+        TableRef::InlineDelete { table_id } => {
+            moraine::inline::committed_delete_rows(store, &view, table_id)
+                .await
+                .unwrap()
+        }
     }
 }
 

@@ -60,10 +60,13 @@ pub enum Reclaim {
     InlineFlush,
     /// A fixed number of records (`sys/head`, `sys/format`, options).
     BoundedByDesign,
+    /// A derived copy of live records (the head image): each image a writer
+    /// takes deletes every part of the one before.
+    ReplacedByNextImage,
 }
 
 impl Reclaim {
-    pub const ALL: [Reclaim; 8] = [
+    pub const ALL: [Reclaim; 9] = [
         Reclaim::SnapshotExpiry,
         Reclaim::DeadTableCascade,
         Reclaim::WithDataFile,
@@ -72,6 +75,7 @@ impl Reclaim {
         Reclaim::OverwrittenInPlace,
         Reclaim::InlineFlush,
         Reclaim::BoundedByDesign,
+        Reclaim::ReplacedByNextImage,
     ];
 
     pub fn name(self) -> &'static str {
@@ -84,6 +88,7 @@ impl Reclaim {
             Reclaim::OverwrittenInPlace => "OverwrittenInPlace",
             Reclaim::InlineFlush => "InlineFlush",
             Reclaim::BoundedByDesign => "BoundedByDesign",
+            Reclaim::ReplacedByNextImage => "ReplacedByNextImage",
         }
     }
 }

@@ -297,6 +297,14 @@ pub extern "C" fn moraine_close(db: *mut MoraineDb) {
             Err(_) => true,
         };
         if last {
+            // The next cold attach reads the tables this one holds from a
+            // few packed values instead of a record per row. A failure
+            // only leaves the image stale.
+            let _ = block_on(crate::staged::take_image(
+                &db.store,
+                &db.shared,
+                crate::catalog::image::MIN_IMAGE_ROWS,
+            ));
             let _ = block_on(db.store.close());
         }
     }));

@@ -3,7 +3,7 @@
 //! Read-only: safe on a live store.
 
 use super::{physical_usage, PhysicalUsage};
-use crate::catalog::{self, Cell, Kind, Reclaim, SysRecord};
+use crate::catalog::{self, image, Cell, Kind, Reclaim, SysRecord};
 use crate::column;
 use crate::error::Result;
 use crate::inline::InlineRecord;
@@ -130,6 +130,13 @@ pub fn declared(key: &[u8]) -> (String, Option<Reclaim>) {
         Subspace::Inline => match key.get(1).and_then(|b| InlineRecord::from_byte(*b)) {
             Some(record) => (format!("inline/{}", record.name()), Some(record.reclaim())),
             None => (format!("inline/unknown type {:?}", key.get(1)), None),
+        },
+        Subspace::Image if key == image::stamp_key().as_slice() => {
+            ("image/stamp".into(), Some(Reclaim::ReplacedByNextImage))
+        }
+        Subspace::Image => match image::decode_key(key) {
+            Ok((table, _)) => (format!("image/{table}"), Some(Reclaim::ReplacedByNextImage)),
+            Err(_) => ("image/malformed key".into(), None),
         },
     }
 }

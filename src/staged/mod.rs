@@ -15,6 +15,7 @@ pub mod overlay;
 pub mod shared;
 pub mod translate;
 
+use crate::catalog::image::Images;
 use crate::catalog::{self, ColumnDesc, Head, Kind, Row, TableRef};
 use crate::error::{Error, Result};
 use crate::inline;
@@ -339,6 +340,12 @@ impl StagedTransaction {
             pinned.rows.insert(table, rows.clone());
             return Ok(rows);
         }
+        if let Some(rows) = image_rows(&store, &shared, pinned, table).await? {
+            let rows = Arc::new(rows);
+            pinned.rows.insert(table, rows.clone());
+            shared.rows.offer(pinned.head, table, &rows);
+            return Ok(rows);
+        }
         let rows = Arc::new(match table {
             TableRef::Fixed(kind) => catalog::committed_rows(&store, &pinned.view, kind).await?,
             TableRef::InlineData {
@@ -557,6 +564,74 @@ impl CommitOutcome {
             CommitOutcome::HeadPreserving(head) => Some(head),
         }
     }
+}
+
+/// `table`'s committed rows from the store's head image, when it holds one
+/// taken at the pinned head ([`catalog::image`]).
+async fn image_rows(
+    store: &Store,
+    shared: &AttachShared,
+    pinned: &Pinned,
+    table: TableRef,
+) -> Result<Option<Vec<Row>>> {
+    let Some(head) = pinned.head else {
+        return Ok(None);
+    };
+    let width = match table {
+        TableRef::Fixed(kind) => kind.def().columns.len(),
+        TableRef::InlineData {
+            table_id,
+            schema_version,
+        } => match pinned.inline.schemas.get(&(table_id, schema_version)) {
+            Some(user) => inline::data_columns(user).len(),
+            None => return Ok(None),
+        },
+        TableRef::InlineDelete { .. } => inline::delete_columns().len(),
+    };
+    let images = match shared.rows.images(head) {
+        Some(images) => images,
+        None => {
+            let read = Arc::new(Images::read_at(store, &pinned.view, head).await?);
+            shared.rows.offer_images(head, &read);
+            read
+        }
+    };
+    Ok(images.rows(table, head, width))
+}
+
+/// Writes the head image of the tables this attach's transactions hold with
+/// at least `min_rows` rows, when this process holds the writer turn and
+/// the kept rows are at the store's head; a store it cannot take one of is
+/// left as it is. Returns whether an image was written.
+pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -> Result<bool> {
+    let Some(view) = store.snapshot_if_writing().await? else {
+        return Ok(false);
+    };
+    let Some((head, tables)) = shared.rows.kept() else {
+        return Ok(false);
+    };
+    if catalog::read_head(store, &view).await? != Some(head)
+        || catalog::image::stamp(store, &view).await? == Some(head)
+    {
+        // Not at the store's head, or the image of this head is taken.
+        return Ok(false);
+    }
+    let existing: Vec<Vec<u8>> = store
+        .scan_prefix(&view, &catalog::image::stamp_key())
+        .await?
+        .into_iter()
+        .map(|(key, _)| key.to_vec())
+        .collect();
+    let (puts, deletes) = catalog::image::replacement(head, &tables, &existing, min_rows);
+    let txn = store.begin(&view)?;
+    for (key, value) in &puts {
+        txn.put(key, value)?;
+    }
+    for key in &deletes {
+        txn.delete(key)?;
+    }
+    store.commit(txn).await?;
+    Ok(true)
 }
 
 fn validate_columns(name: &str, given: &[ColumnDesc], expected: &[ColumnDesc]) -> Result<()> {

@@ -17,6 +17,7 @@
 
 use super::overlay;
 use super::StagedOp;
+use crate::catalog::image::Images;
 use crate::catalog::{ColumnDesc, Head, Row, TableRef};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -34,6 +35,9 @@ struct State {
     head: Option<Option<Head>>,
     tables: HashMap<TableRef, Arc<Vec<Row>>>,
     inline: Option<Arc<InlineTables>>,
+    /// The store's image of the kept head, read once; empty when the store
+    /// holds none for this head.
+    images: Option<Arc<Images>>,
 }
 
 #[derive(Default)]
@@ -105,6 +109,37 @@ impl SharedRows {
         });
     }
 
+    pub fn images(&self, head: Head) -> Option<Arc<Images>> {
+        self.with_state(|s| {
+            (s.head == Some(Some(head)))
+                .then(|| s.images.clone())
+                .flatten()
+        })
+        .flatten()
+    }
+
+    pub fn offer_images(&self, head: Head, images: &Arc<Images>) {
+        self.with_state(|s| {
+            if s.keeps(Some(head)) {
+                s.images = Some(images.clone());
+            }
+        });
+    }
+
+    /// The tables kept, and the head they were read at: what an image of
+    /// this attach's committed state holds.
+    pub fn kept(&self) -> Option<(Head, Vec<(TableRef, Arc<Vec<Row>>)>)> {
+        self.with_state(|s| match s.head {
+            Some(Some(head)) => {
+                let mut tables: Vec<_> = s.tables.iter().map(|(t, r)| (*t, r.clone())).collect();
+                tables.sort_by_key(|(t, _)| *t);
+                Some((head, tables))
+            }
+            _ => None,
+        })
+        .flatten()
+    }
+
     /// Carries the kept tables from `premise` to `head` across a commit of
     /// this process that applied `ops`. Anything that cannot be carried
     /// exactly is dropped, to be read from the store again.
@@ -115,6 +150,8 @@ impl SharedRows {
                 return;
             }
             s.head = Some(Some(head));
+            // An image is of one head: the commit made it stale.
+            s.images = None;
             if ops.iter().any(|op| {
                 matches!(
                     op,

@@ -24,16 +24,20 @@ pub enum Subspace {
     SchemaVersion = 5,
     /// Inlined data: chunk schemas, chunks, row tombstones, markers.
     Inline = 6,
+    /// The head image: packed copies of committed tables, derived from the
+    /// subspaces above (`catalog::image`).
+    Image = 7,
 }
 
 impl Subspace {
-    pub const ALL: [Subspace; 6] = [
+    pub const ALL: [Subspace; 7] = [
         Subspace::Sys,
         Subspace::Snapshot,
         Subspace::Current,
         Subspace::History,
         Subspace::SchemaVersion,
         Subspace::Inline,
+        Subspace::Image,
     ];
 
     pub fn name(self) -> &'static str {
@@ -44,6 +48,7 @@ impl Subspace {
             Subspace::History => "history",
             Subspace::SchemaVersion => "schema_version",
             Subspace::Inline => "inline",
+            Subspace::Image => "image",
         }
     }
 

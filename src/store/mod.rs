@@ -258,6 +258,25 @@ impl Store {
         }
     }
 
+    /// A read view on the writer, only if this process holds the turn now
+    /// and nobody asks for it: for work that must not wait for a turn.
+    pub async fn snapshot_if_writing(&self) -> Result<Option<ReadView>> {
+        let Handle::Writer(turn) = &self.handle else {
+            return Ok(None);
+        };
+        let Some(pin) = turn.pin_if_held().await else {
+            return Ok(None);
+        };
+        let snapshot = pin
+            .db()
+            .snapshot()
+            .map_err(|e| slate("taking a snapshot", e))?;
+        Ok(Some(ReadView::Snapshot {
+            snapshot,
+            pin: Arc::new(pin),
+        }))
+    }
+
     pub async fn get(&self, view: &ReadView, key: &[u8]) -> Result<Option<Bytes>> {
         let ctx = || format!("reading key {key:02x?}");
         self.keys_read.fetch_add(1, Ordering::Relaxed);

@@ -250,14 +250,7 @@ impl WriterTurn {
             {
                 let mut holding = self.holding.lock().await;
                 match holding.as_ref() {
-                    Some(held) if self.admits_new_pins() => {
-                        self.pins.fetch_add(1, Ordering::SeqCst);
-                        return Ok(TurnPin {
-                            db: held.writer.db.clone(),
-                            compaction: held.writer.compaction.clone(),
-                            turn: self.clone(),
-                        });
-                    }
+                    Some(held) if self.admits_new_pins() => return Ok(self.new_pin(held)),
                     Some(_) => {}
                     None => {
                         self.take(&mut holding, started).await?;
@@ -270,6 +263,23 @@ impl WriterTurn {
                 return Err(self.timed_out(None));
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Holds the turn if this process has it and nobody asks for it; never
+    /// waits for it.
+    pub async fn pin_if_held(self: &Arc<Self>) -> Option<TurnPin> {
+        let holding = self.holding.lock().await;
+        let held = holding.as_ref()?;
+        (!self.is_asked()).then(|| self.new_pin(held))
+    }
+
+    fn new_pin(self: &Arc<Self>, held: &Holding) -> TurnPin {
+        self.pins.fetch_add(1, Ordering::SeqCst);
+        TurnPin {
+            db: held.writer.db.clone(),
+            compaction: held.writer.compaction.clone(),
+            turn: self.clone(),
         }
     }
 
@@ -454,6 +464,9 @@ impl WriterTurn {
         // compactor still does, which drains L0 if it is over its limit.
         let flushed = super::upkeep::flush_to_l0(&held.writer.db).await;
         let closed = held.writer.close().await.and(flushed);
+        if closed.is_ok() {
+            super::upkeep::collect_logs_at_close(&self.root, &self.object_store).await;
+        }
         lease::release(&self.object_store, &self.root, &self.me).await;
         closed
     }

@@ -22,7 +22,10 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 use slatedb::admin::Admin;
 use slatedb::compactor::{CompactionSpec, Compactor, SourceId};
-use slatedb::config::{CompactionWorkerOptions, CompactorOptions, FlushOptions, FlushType};
+use slatedb::config::{
+    CompactionWorkerOptions, CompactorOptions, FlushOptions, FlushType,
+    GarbageCollectorDirectoryOptions, GarbageCollectorOptions,
+};
 use slatedb::{CompactorBuilder, Db, SstBlockSize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -288,6 +291,34 @@ pub async fn tidy(
     compact_fully(db, admin, started, deadline).await?;
     progress(3);
     Ok(())
+}
+
+/// How long a closing writer spends deleting the logs its final flush made
+/// obsolete; what is left goes with the next collection.
+const CLOSE_COLLECTION_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Deletes the WAL objects the manifest no longer needs, at once rather
+/// than after garbage collection's minimum age. A closing writer has just
+/// flushed everything into an L0, so without this the next attach lists
+/// every WAL object of the session (5,000 after 5,000 commits) before it
+/// opens. Readers are safe: collection keeps every WAL a checkpoint names.
+pub async fn collect_logs_at_close(root: &Path, object_store: &Arc<dyn ObjectStore>) {
+    let now = GarbageCollectorDirectoryOptions {
+        interval: None,
+        min_age: Duration::ZERO,
+        dry_run: false,
+    };
+    let options = GarbageCollectorOptions {
+        wal_options: Some(now),
+        manifest_options: None,
+        wal_fence_options: None,
+        compacted_options: None,
+        compactions_options: None,
+        ..GarbageCollectorOptions::default()
+    };
+    let admin = admin(root, object_store);
+    // A failed or unfinished collection only leaves logs for the next one.
+    let _ = tokio::time::timeout(CLOSE_COLLECTION_DEADLINE, admin.run_gc_once(options)).await;
 }
 
 pub fn admin(root: &Path, object_store: &Arc<dyn ObjectStore>) -> Admin {

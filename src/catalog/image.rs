@@ -1,0 +1,364 @@
+//! The head image: a packed copy of committed tables, for cold attaches.
+//!
+//! A store keeps one record per catalog row, so reading a table costs one
+//! SlateDB entry per row: after 5,000 commits, a cold attach iterates
+//! 10,000 entries before DuckLake's first query can answer, at about two
+//! microseconds each. The image packs the rows of a table, exactly as a scan
+//! serves them, into a few large values under `image/<table>/<part>`.
+//!
+//! The image is derived, never authoritative. Every part is stamped with the
+//! head it was taken at; a transaction uses a table's image only when every
+//! part carries the transaction's own head and the rows have the table's
+//! shape, and reads the records otherwise. A writer takes the image when it
+//! detaches, from the rows its transactions already hold, and the same
+//! write deletes the parts of every earlier image; between detaches the
+//! image simply goes stale ([design 0012](../../docs/design/0012-head-image.md)).
+
+use super::{Head, Row, TableRef};
+use crate::error::{Error, Result};
+use crate::store::keys::{self, Subspace};
+use crate::store::value::{frame, put_cell, put_row, put_varint, unframe, Reader};
+use crate::store::{KeyValues, ReadView, Store};
+use bytes::Bytes;
+use std::collections::HashMap;
+
+/// The frame tag of an image part.
+pub const IMAGE_TAG: u8 = 0xf2;
+
+/// A part holds rows up to about this many bytes, so that no single value
+/// grows with the catalog.
+const PART_BYTES: usize = 1 << 20;
+
+/// Tables smaller than this are read from their records when a writer
+/// detaches: their image would save nothing worth its bytes.
+pub const MIN_IMAGE_ROWS: usize = 64;
+
+/// The key of the image's stamp: the head the parts were taken at. A
+/// reader looks at it first, so a stale image costs one point read, not a
+/// scan of its parts.
+pub fn stamp_key() -> Vec<u8> {
+    keys::prefix(Subspace::Image, None)
+}
+
+fn encode_stamp(head: Head) -> Vec<u8> {
+    let mut value = frame(IMAGE_TAG);
+    put_cell(&mut value, &super::Cell::Int(head.snapshot_id));
+    put_cell(&mut value, &super::Cell::Int(head.batch_count));
+    value
+}
+
+fn read_head_cells(r: &mut Reader<'_>) -> Result<Head> {
+    let mut int = || {
+        r.cell()?
+            .as_int()
+            .ok_or_else(|| Error::corruption("image value without its head"))
+    };
+    Ok(Head {
+        snapshot_id: int()?,
+        batch_count: int()?,
+    })
+}
+
+fn decode_stamp(value: &[u8]) -> Result<Head> {
+    let (_, payload) = unframe(IMAGE_TAG, value)?;
+    let mut r = Reader::new(payload);
+    let head = read_head_cells(&mut r)?;
+    r.finish()?;
+    Ok(head)
+}
+
+/// The head the store's image was taken at; `None` without an image, or
+/// with a stamp that does not decode.
+pub async fn stamp(store: &Store, view: &ReadView) -> Result<Option<Head>> {
+    let value = store.get(view, &stamp_key()).await?;
+    Ok(value.and_then(|v| decode_stamp(&v).ok()))
+}
+
+/// The prefix of every part of `table`'s image.
+pub fn table_prefix(table: TableRef) -> Vec<u8> {
+    keys::key(Subspace::Image, None, &[super::Cell::Text(table.name())])
+}
+
+fn part_key(table: TableRef, part: u32) -> Vec<u8> {
+    let mut key = table_prefix(table);
+    keys::push_cell(&mut key, &super::Cell::Int(i64::from(part)));
+    key
+}
+
+/// The table a part's key names, and the part's number.
+pub fn decode_key(key: &[u8]) -> Result<(String, u32)> {
+    match keys::decode_cells(key, 1)?.as_slice() {
+        [super::Cell::Text(name), super::Cell::Int(part)] => {
+            let part = u32::try_from(*part)
+                .map_err(|_| Error::corruption(format!("image part {part} out of range")))?;
+            Ok((name.clone(), part))
+        }
+        _ => Err(Error::corruption(format!("malformed image key {key:02x?}"))),
+    }
+}
+
+/// The head and part count a part carries, and its rows' bytes.
+struct PartHeader<'a> {
+    head: Head,
+    parts: u32,
+    rows: usize,
+    payload: Reader<'a>,
+}
+
+fn read_header(value: &[u8]) -> Result<PartHeader<'_>> {
+    let (_, payload) = unframe(IMAGE_TAG, value)?;
+    let mut r = Reader::new(payload);
+    let head = read_head_cells(&mut r)?;
+    let parts = u32::try_from(r.varint()?)
+        .map_err(|_| Error::corruption("image part count out of range"))?;
+    let rows = r.length()?;
+    Ok(PartHeader {
+        head,
+        parts,
+        rows,
+        payload: r,
+    })
+}
+
+/// The parts of `table`'s image at `head`: `(key, value)` pairs.
+pub fn encode(table: TableRef, head: Head, rows: &[Row]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
+    let mut counts: Vec<usize> = Vec::new();
+    let mut current = Vec::new();
+    let mut in_current = 0;
+    for row in rows {
+        put_row(&mut current, row);
+        in_current += 1;
+        if current.len() >= PART_BYTES {
+            chunks.push(std::mem::take(&mut current));
+            counts.push(std::mem::take(&mut in_current));
+        }
+    }
+    if in_current > 0 || chunks.is_empty() {
+        chunks.push(current);
+        counts.push(in_current);
+    }
+    let parts = chunks.len() as u64;
+    chunks
+        .into_iter()
+        .zip(counts)
+        .enumerate()
+        .map(|(i, (body, count))| {
+            let mut value = encode_stamp(head);
+            put_varint(&mut value, parts);
+            put_varint(&mut value, count as u64);
+            value.extend_from_slice(&body);
+            (part_key(table, i as u32), value)
+        })
+        .collect()
+}
+
+/// The image parts a read view holds, by table name, not yet decoded.
+#[derive(Debug, Default)]
+pub struct Images {
+    parts: HashMap<String, Vec<(u32, Bytes)>>,
+}
+
+impl Images {
+    /// The image taken at `head`, if the store holds one: one point read
+    /// of the stamp, then one scan whose cost is the image's size, not the
+    /// number of rows it packs. Empty when the image is stale or missing.
+    pub async fn read_at(store: &Store, view: &ReadView, head: Head) -> Result<Images> {
+        if stamp(store, view).await? != Some(head) {
+            return Ok(Images::default());
+        }
+        Ok(Images::from_entries(
+            store.scan_prefix(view, &stamp_key()).await?,
+        ))
+    }
+
+    fn from_entries(entries: KeyValues) -> Images {
+        let mut parts: HashMap<String, Vec<(u32, Bytes)>> = HashMap::new();
+        for (key, value) in entries {
+            if key.as_ref() == stamp_key().as_slice() {
+                continue;
+            }
+            // A part whose key does not decode is ignored: the records
+            // answer for that table.
+            if let Ok((name, part)) = decode_key(&key) {
+                parts.entry(name).or_default().push((part, value));
+            }
+        }
+        Images { parts }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    /// `table`'s rows, when its image is whole, taken at `head`, and every
+    /// row has `width` cells; `None` otherwise. An image that fails to
+    /// decode is not an error: the records are the truth.
+    pub fn rows(&self, table: TableRef, head: Head, width: usize) -> Option<Vec<Row>> {
+        let parts = self.parts.get(&table.name())?;
+        decode_parts(parts, head, width).ok().flatten()
+    }
+}
+
+/// Whether one image value decodes whole: the stamp, or a part's key,
+/// header and rows.
+pub fn check_part(key: &[u8], value: &[u8]) -> Result<()> {
+    if key == stamp_key().as_slice() {
+        return decode_stamp(value).map(|_| ());
+    }
+    decode_key(key)?;
+    let mut header = read_header(value)?;
+    for _ in 0..header.rows {
+        header.payload.row()?;
+    }
+    header.payload.finish()
+}
+
+fn decode_parts(parts: &[(u32, Bytes)], head: Head, width: usize) -> Result<Option<Vec<Row>>> {
+    let mut sorted: Vec<&(u32, Bytes)> = parts.iter().collect();
+    sorted.sort_by_key(|(part, _)| *part);
+    let mut rows = Vec::new();
+    for (expected, (part, value)) in sorted.iter().enumerate() {
+        let mut header = read_header(value)?;
+        if *part as usize != expected || header.head != head || header.parts as usize != parts.len()
+        {
+            return Ok(None);
+        }
+        rows.reserve(header.rows);
+        for _ in 0..header.rows {
+            let row = header.payload.row()?;
+            if row.len() != width {
+                return Ok(None);
+            }
+            rows.push(row);
+        }
+        header.payload.finish()?;
+    }
+    Ok(Some(rows))
+}
+
+/// What taking an image at `head` writes: its stamp and the parts of
+/// `tables` with at least `min_rows` rows, and deletes of every other part
+/// `existing` holds.
+pub fn replacement(
+    head: Head,
+    tables: &[(TableRef, std::sync::Arc<Vec<Row>>)],
+    existing: &[Vec<u8>],
+    min_rows: usize,
+) -> (Vec<(Vec<u8>, Vec<u8>)>, Vec<Vec<u8>>) {
+    let puts: Vec<(Vec<u8>, Vec<u8>)> = std::iter::once((stamp_key(), encode_stamp(head)))
+        .chain(
+            tables
+                .iter()
+                .filter(|(_, rows)| rows.len() >= min_rows)
+                .flat_map(|(table, rows)| encode(*table, head, rows)),
+        )
+        .collect();
+    let written: std::collections::HashSet<&[u8]> =
+        puts.iter().map(|(key, _)| key.as_slice()).collect();
+    let deletes = existing
+        .iter()
+        .filter(|key| !written.contains(key.as_slice()))
+        .cloned()
+        .collect();
+    (puts, deletes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{Cell, Kind};
+
+    fn head(batch_count: i64) -> Head {
+        Head {
+            snapshot_id: batch_count - 1,
+            batch_count,
+        }
+    }
+
+    fn rows(n: i64) -> Vec<Row> {
+        (0..n)
+            .map(|i| vec![Cell::Int(i), Cell::Text(format!("row {i}")), Cell::Null])
+            .collect()
+    }
+
+    fn images(parts: Vec<(Vec<u8>, Vec<u8>)>) -> Images {
+        Images::from_entries(
+            parts
+                .into_iter()
+                .map(|(k, v)| (Bytes::from(k), Bytes::from(v)))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn an_image_round_trips_across_parts() {
+        let table = TableRef::Fixed(Kind::Snapshot);
+        let many = rows(100_000);
+        let parts = encode(table, head(7), &many);
+        assert!(parts.len() > 1, "{} parts", parts.len());
+        assert_eq!(images(parts).rows(table, head(7), 3), Some(many));
+    }
+
+    #[test]
+    fn an_image_of_another_head_a_missing_part_or_another_shape_is_not_used() {
+        let table = TableRef::InlineData {
+            table_id: 1,
+            schema_version: 2,
+        };
+        let many = rows(100_000);
+        assert_eq!(
+            images(encode(table, head(7), &many)).rows(table, head(8), 3),
+            None
+        );
+        assert_eq!(
+            images(encode(table, head(7), &many)).rows(table, head(7), 4),
+            None
+        );
+        let mut parts = encode(table, head(7), &many);
+        parts.remove(0);
+        assert_eq!(images(parts).rows(table, head(7), 3), None);
+        let other = TableRef::InlineDelete { table_id: 1 };
+        assert_eq!(
+            images(encode(table, head(7), &many)).rows(other, head(7), 3),
+            None
+        );
+    }
+
+    #[test]
+    fn an_empty_table_has_one_empty_part() {
+        let table = TableRef::Fixed(Kind::Tag);
+        let parts = encode(table, head(3), &[]);
+        assert_eq!(parts.len(), 1);
+        assert_eq!(images(parts).rows(table, head(3), 5), Some(Vec::new()));
+    }
+
+    #[test]
+    fn a_new_image_deletes_the_parts_it_does_not_rewrite() {
+        let big = TableRef::Fixed(Kind::Snapshot);
+        let small = TableRef::Fixed(Kind::Schema);
+        let gone = TableRef::InlineData {
+            table_id: 9,
+            schema_version: 1,
+        };
+        let existing = vec![part_key(big, 0), part_key(big, 1), part_key(gone, 0)];
+        let tables = vec![
+            (big, std::sync::Arc::new(rows(100))),
+            (small, std::sync::Arc::new(rows(2))),
+        ];
+        let (puts, deletes) = replacement(head(4), &tables, &existing, MIN_IMAGE_ROWS);
+        assert_eq!(
+            puts.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+            vec![stamp_key(), part_key(big, 0)]
+        );
+        assert_eq!(deletes, vec![part_key(big, 1), part_key(gone, 0)]);
+    }
+
+    #[test]
+    fn garbage_is_never_used_and_never_panics() {
+        let table = TableRef::Fixed(Kind::Snapshot);
+        let junk = images(vec![(part_key(table, 0), b"MRN\x02\xf2\xff\xff".to_vec())]);
+        assert_eq!(junk.rows(table, head(1), 3), None);
+        assert!(decode_key(b"\x07garbage").is_err());
+    }
+}
