@@ -22,6 +22,19 @@ use crate::store::{KeyValues, ReadView, Store};
 use bytes::Bytes;
 use std::collections::HashMap;
 
+/// A key and the value written under it.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
+/// One table's committed rows, as an attach keeps them.
+pub type TableRows = (TableRef, std::sync::Arc<Vec<Row>>);
+
+/// What taking an image writes and deletes.
+#[derive(Debug, Default)]
+pub struct Replacement {
+    pub puts: Vec<Entry>,
+    pub deletes: Vec<Vec<u8>>,
+}
+
 /// The frame tag of an image part.
 pub const IMAGE_TAG: u8 = 0xf2;
 
@@ -121,7 +134,7 @@ fn read_header(value: &[u8]) -> Result<PartHeader<'_>> {
 }
 
 /// The parts of `table`'s image at `head`: `(key, value)` pairs.
-pub fn encode(table: TableRef, head: Head, rows: &[Row]) -> Vec<(Vec<u8>, Vec<u8>)> {
+pub fn encode(table: TableRef, head: Head, rows: &[Row]) -> Vec<Entry> {
     let mut chunks: Vec<Vec<u8>> = Vec::new();
     let mut counts: Vec<usize> = Vec::new();
     let mut current = Vec::new();
@@ -242,11 +255,11 @@ fn decode_parts(parts: &[(u32, Bytes)], head: Head, width: usize) -> Result<Opti
 /// `existing` holds.
 pub fn replacement(
     head: Head,
-    tables: &[(TableRef, std::sync::Arc<Vec<Row>>)],
+    tables: &[TableRows],
     existing: &[Vec<u8>],
     min_rows: usize,
-) -> (Vec<(Vec<u8>, Vec<u8>)>, Vec<Vec<u8>>) {
-    let puts: Vec<(Vec<u8>, Vec<u8>)> = std::iter::once((stamp_key(), encode_stamp(head)))
+) -> Replacement {
+    let puts: Vec<Entry> = std::iter::once((stamp_key(), encode_stamp(head)))
         .chain(
             tables
                 .iter()
@@ -261,7 +274,7 @@ pub fn replacement(
         .filter(|key| !written.contains(key.as_slice()))
         .cloned()
         .collect();
-    (puts, deletes)
+    Replacement { puts, deletes }
 }
 
 #[cfg(test)]
@@ -282,7 +295,7 @@ mod tests {
             .collect()
     }
 
-    fn images(parts: Vec<(Vec<u8>, Vec<u8>)>) -> Images {
+    fn images(parts: Vec<Entry>) -> Images {
         Images::from_entries(
             parts
                 .into_iter()
@@ -346,7 +359,8 @@ mod tests {
             (big, std::sync::Arc::new(rows(100))),
             (small, std::sync::Arc::new(rows(2))),
         ];
-        let (puts, deletes) = replacement(head(4), &tables, &existing, MIN_IMAGE_ROWS);
+        let Replacement { puts, deletes } =
+            replacement(head(4), &tables, &existing, MIN_IMAGE_ROWS);
         assert_eq!(
             puts.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
             vec![stamp_key(), part_key(big, 0)]

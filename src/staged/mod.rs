@@ -622,12 +622,12 @@ pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -
         .into_iter()
         .map(|(key, _)| key.to_vec())
         .collect();
-    let (puts, deletes) = catalog::image::replacement(head, &tables, &existing, min_rows);
+    let image = catalog::image::replacement(head, &tables, &existing, min_rows);
     let txn = store.begin(&view)?;
-    for (key, value) in &puts {
+    for (key, value) in &image.puts {
         txn.put(key, value)?;
     }
-    for key in &deletes {
+    for key in &image.deletes {
         txn.delete(key)?;
     }
     store.commit(txn).await?;

@@ -17,7 +17,7 @@
 
 use super::overlay;
 use super::StagedOp;
-use crate::catalog::image::Images;
+use crate::catalog::image::{Images, TableRows};
 use crate::catalog::{ColumnDesc, Head, Row, TableRef};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -128,7 +128,7 @@ impl SharedRows {
 
     /// The tables kept, and the head they were read at: what an image of
     /// this attach's committed state holds.
-    pub fn kept(&self) -> Option<(Head, Vec<(TableRef, Arc<Vec<Row>>)>)> {
+    pub fn kept(&self) -> Option<(Head, Vec<TableRows>)> {
         self.with_state(|s| match s.head {
             Some(Some(head)) => {
                 let mut tables: Vec<_> = s.tables.iter().map(|(t, r)| (*t, r.clone())).collect();
