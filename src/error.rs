@@ -123,7 +123,13 @@ pub(crate) fn slate(context: &str, err: slatedb::Error) -> Error {
     ) {
         return Error::Fenced;
     }
-    if matches!(err.kind(), slatedb::ErrorKind::Data) {
+    // A manifest or compaction log that fails its flatbuffer check reaches
+    // here as an internal error of SlateDB's object layer, with the
+    // decoder's verdict as its cause: that is damage too.
+    let undecodable_object = matches!(err.kind(), slatedb::ErrorKind::Internal)
+        && text.contains("transactional object")
+        && text.contains("CallbackError(");
+    if matches!(err.kind(), slatedb::ErrorKind::Data) || undecodable_object {
         return Error::Corruption(format!(
             "{context}: {text}. An object of the store is damaged (truncated or overwritten); \
              restore the store's objects from a copy"

@@ -463,6 +463,15 @@ impl WriterTurn {
         // or the next writer replays little. The flush runs while the
         // compactor still does, which drains L0 if it is over its limit.
         let flushed = super::upkeep::flush_to_l0(&held.writer.db).await;
+        if flushed.is_ok() {
+            super::upkeep::merge_at_close(
+                &held.writer.db,
+                &held.writer.compaction,
+                &self.root,
+                &self.object_store,
+            )
+            .await;
+        }
         let closed = held.writer.close().await.and(flushed);
         if closed.is_ok() {
             super::upkeep::collect_logs_at_close(&self.root, &self.object_store).await;

@@ -293,6 +293,29 @@ pub async fn tidy(
     Ok(())
 }
 
+/// How long a closing writer waits for its final merge.
+const CLOSE_COMPACTION_DEADLINE: Duration = Duration::from_secs(3);
+
+/// Merges every L0 and sorted run into one run before a writer closes, so
+/// the next attach opens one SST instead of the L0s the session left (one
+/// per 128 commits and one per detach): on S3 each costs requests. Bounded
+/// by a deadline; a merge that does not finish is abandoned, and the
+/// compactor of the next writer picks the tree up where it is.
+pub async fn merge_at_close(
+    db: &Db,
+    compaction: &Compaction,
+    root: &Path,
+    object_store: &Arc<dyn ObjectStore>,
+) {
+    if !untidy(db) {
+        return;
+    }
+    // The urgent compactor stays until the writer's close stops it.
+    let _urgent = compaction.urgent().await;
+    let admin = admin(root, object_store);
+    let _ = compact_fully(db, &admin, Instant::now(), CLOSE_COMPACTION_DEADLINE).await;
+}
+
 /// How long a closing writer spends deleting the logs its final flush made
 /// obsolete; what is left goes with the next collection.
 const CLOSE_COLLECTION_DEADLINE: Duration = Duration::from_secs(2);
