@@ -92,6 +92,11 @@ pub struct StagedTransaction {
     runs: Vec<Run>,
     next_rowid: i64,
     ops: Vec<StagedOp>,
+    /// Each table's overlaid rows as of the first `n` staged operations, so
+    /// a statement that scans a table again, or after a few more operations,
+    /// does not apply every operation of the transaction again (an expiry
+    /// stages thousands of deletes, then scans the same tables many times).
+    overlaid: HashMap<TableRef, (usize, Arc<Vec<Row>>)>,
 }
 
 /// Where a table stands inside a transaction.
@@ -118,6 +123,7 @@ impl StagedTransaction {
             runs: Vec::new(),
             next_rowid: 0,
             ops: Vec::new(),
+            overlaid: HashMap::new(),
         }
     }
 
@@ -380,16 +386,34 @@ impl StagedTransaction {
         if !self.ops.iter().any(|op| overlay::affects(op, table)) {
             return Ok(committed);
         }
-        let parent = match overlay::parent_table(table) {
-            Some(parent) => Some(Box::pin(self.visible_rows(parent)).await?),
-            None => None,
+        let staged = self.ops.len();
+        let parent_table = overlay::parent_table(table);
+        let rows = match self.overlaid.get(&table) {
+            Some((applied, rows)) if *applied == staged => return Ok(rows.clone()),
+            // Operations apply one after another, so the later ones can go
+            // on top of what the earlier ones made. A child table is applied
+            // whole instead: its parent filter is not incremental.
+            Some((applied, rows)) if parent_table.is_none() => {
+                let mut rows = rows.as_ref().clone();
+                overlay::apply_in_place(table, &mut rows, &self.ops[*applied..]);
+                rows
+            }
+            _ => {
+                let parent = match parent_table {
+                    Some(parent) => Some(Box::pin(self.visible_rows(parent)).await?),
+                    None => None,
+                };
+                overlay::apply(
+                    table,
+                    &committed,
+                    &self.ops,
+                    parent.as_deref().map(Vec::as_slice),
+                )
+            }
         };
-        Ok(Arc::new(overlay::apply(
-            table,
-            &committed,
-            &self.ops,
-            parent.as_deref().map(Vec::as_slice),
-        )))
+        let rows = Arc::new(rows);
+        self.overlaid.insert(table, (staged, rows.clone()));
+        Ok(rows)
     }
 
     /// Materializes a table for one scan and registers the run; returns the
@@ -527,6 +551,7 @@ impl StagedTransaction {
         // go too, so the shared tables are carried forward in place.
         self.pinned = None;
         self.runs.clear();
+        self.overlaid.clear();
         if let Some(head) = outcome.head(premise) {
             self.shared.rows.committed(premise, head, &self.ops);
         }

@@ -18,8 +18,9 @@
 use super::StagedOp;
 use crate::catalog::{Cell, Kind, Lifecycle, Row, TableRef};
 use crate::inline;
+use foldhash::fast::RandomState;
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 
 /// The table whose visible rows decide which of `table`'s rows survive.
 pub fn parent_table(table: TableRef) -> Option<TableRef> {
@@ -119,7 +120,7 @@ pub fn canonical_order(table: TableRef, rows: &mut [Row]) {
 /// Keeps the children whose parent row is among `parents`.
 pub fn retain_linked(table: TableRef, rows: &mut Vec<Row>, parents: &[Row]) {
     let link = link(table);
-    let parent_keys: HashSet<Vec<&Cell>> = parents
+    let parent_keys: HashSet<Vec<&Cell>, RandomState> = parents
         .iter()
         .map(|p| link.iter().filter_map(|&(_, pc)| p.get(pc)).collect())
         .collect();
@@ -133,7 +134,7 @@ pub fn retain_linked(table: TableRef, rows: &mut Vec<Row>, parents: &[Row]) {
 /// without a linear search.
 struct Slots {
     rows: Vec<Option<Row>>,
-    index: HashMap<u64, Vec<usize>>,
+    index: HashMap<u64, Vec<usize>, RandomState>,
     hasher: RandomState,
 }
 
@@ -141,8 +142,8 @@ impl Slots {
     fn new(rows: Vec<Row>) -> Self {
         let mut slots = Slots {
             rows: Vec::with_capacity(rows.len()),
-            index: HashMap::with_capacity(rows.len()),
-            hasher: RandomState::new(),
+            index: HashMap::with_capacity_and_hasher(rows.len(), RandomState::default()),
+            hasher: RandomState::default(),
         };
         for row in rows {
             slots.push(row);
