@@ -296,24 +296,33 @@ pub async fn tidy(
 /// How long a closing writer waits for its final merge.
 const CLOSE_COMPACTION_DEADLINE: Duration = Duration::from_secs(3);
 
+/// The sorted runs and L0s from which a closing writer merges its tree: a
+/// session that left fewer is cheap to open as it is.
+const CLOSE_MERGE_MIN_SOURCES: usize = 3;
+
 /// Merges every L0 and sorted run into one run before a writer closes, so
 /// the next attach opens one SST instead of the L0s the session left (one
-/// per 128 commits and one per detach): on S3 each costs requests. Bounded
-/// by a deadline; a merge that does not finish is abandoned, and the
-/// compactor of the next writer picks the tree up where it is.
+/// per 128 commits and one per detach): on S3 each costs requests. The whole
+/// merge, the swap to the urgent compactor included, is bounded by a
+/// deadline; a merge that does not finish is abandoned, and the compactor of
+/// the next writer picks the tree up where it is.
 pub async fn merge_at_close(
     db: &Db,
     compaction: &Compaction,
     root: &Path,
     object_store: &Arc<dyn ObjectStore>,
 ) {
-    if !untidy(db) {
+    let manifest = db.manifest();
+    if manifest.l0().len() + manifest.compacted().len() < CLOSE_MERGE_MIN_SOURCES {
         return;
     }
-    // The urgent compactor stays until the writer's close stops it.
-    let _urgent = compaction.urgent().await;
-    let admin = admin(root, object_store);
-    let _ = compact_fully(db, &admin, Instant::now(), CLOSE_COMPACTION_DEADLINE).await;
+    let merge = async {
+        // The urgent compactor stays until the writer's close stops it.
+        let _urgent = compaction.urgent().await;
+        let admin = admin(root, object_store);
+        compact_fully(db, &admin, Instant::now(), CLOSE_COMPACTION_DEADLINE).await
+    };
+    let _ = tokio::time::timeout(CLOSE_COMPACTION_DEADLINE, merge).await;
 }
 
 /// How long a closing writer spends deleting the logs its final flush made
