@@ -63,6 +63,8 @@ def test_commits_cost_one_put_and_attach_requests_do_not_grow_with_history(tmp):
           % (puts, gets, turn_polls, total_100, detail_100, total_400, detail_400))
     assert puts <= 1.1, puts
     assert gets <= 0.5, gets
-    # Four times the history adds a few requests to an attach, not four times as many: the WAL probe, and SSTs
-    # the compactor has not merged yet, which vary with its timing (41 -> 53 and 43 -> 53 in two runs).
+    # Four times the history adds a few requests to an attach, not four times as many. A detach collects its WAL
+    # objects and merges the tree (design 0012); what still moves the count, in either direction, is SlateDB's
+    # read of recent compaction checkpoints and the compactor's own reads (41-55 at 100 and 51-57 at 400 over
+    # five runs; 53 -> 70 before the merge at detach).
     assert total_400 <= total_100 + 15, (total_100, total_400)
