@@ -624,15 +624,20 @@ async fn image_rows(
     Ok(images.rows(table, head, width))
 }
 
-/// Writes the head image of the tables this attach's transactions hold with
-/// at least `min_rows` rows, when this process holds the writer turn and
+/// Kinds with a row per snapshot. The image holds them even when the
+/// session never read them: an expiry and a change feed read them whole,
+/// and commits do not.
+const HISTORY_KINDS: [Kind; 2] = [Kind::Snapshot, Kind::SnapshotChanges];
+
+/// Writes the head image of the tables this attach's transactions hold
+/// (and of [`HISTORY_KINDS`]) with at least `min_rows` rows, when this process holds the writer turn and
 /// the kept rows are at the store's head; a store it cannot take one of is
 /// left as it is. Returns whether an image was written.
 pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -> Result<bool> {
     let Some(view) = store.snapshot_if_writing().await? else {
         return Ok(false);
     };
-    let Some((head, tables)) = shared.rows.kept() else {
+    let Some((head, mut tables)) = shared.rows.kept() else {
         return Ok(false);
     };
     if catalog::read_head(store, &view).await? != Some(head)
@@ -640,6 +645,13 @@ pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -
     {
         // Not at the store's head, or the image of this head is taken.
         return Ok(false);
+    }
+    for kind in HISTORY_KINDS {
+        let table = TableRef::Fixed(kind);
+        if !tables.iter().any(|(kept, _)| *kept == table) {
+            let rows = catalog::committed_rows(store, &view, kind).await?;
+            tables.push((table, Arc::new(rows)));
+        }
     }
     let existing: Vec<Vec<u8>> = store
         .scan_prefix(&view, &catalog::image::stamp_key())
