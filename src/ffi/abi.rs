@@ -835,8 +835,8 @@ fn string_rows(
     out(rows_out, MoraineStrings { items })
 }
 
-/// Commit, request and writer-turn counters of this attach as rows of two
-/// strings: name, value.
+/// Commit, request, key-read and writer-turn counters of this attach as rows
+/// of two strings: name, value.
 #[no_mangle]
 pub extern "C" fn moraine_db_stats(
     db: *mut MoraineDb,
@@ -848,9 +848,13 @@ pub extern "C" fn moraine_db_stats(
         let commits = db.store.commits().snapshot();
         let requests = db.store.requests().snapshot();
         let turns = db.store.turn_counters().map(|c| c.snapshot());
+        // What reads cost in keys: a cold attach that reads the head image
+        // reads a few, one that reads the records reads one per row.
+        let keys = [("keys_read", db.store.keys_read())];
         let cells = commits
             .into_iter()
             .chain(requests)
+            .chain(keys)
             .chain(turns.into_iter().flatten())
             .flat_map(|(name, value)| [name.to_string(), value.to_string()]);
         string_rows(rows_out, cells)

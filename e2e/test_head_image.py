@@ -1,0 +1,66 @@
+"""The head image (design 0012): a writer that detaches leaves its tables packed, stamped with the head, and
+the next cold attach reads them instead of a record per row. An image of an older head is never used: a
+writer that ends without DETACH leaves the image stale, and the next attach reads the records, and sees its
+commit."""
+
+import os
+import subprocess
+import sys
+
+import harness
+
+
+def attach(con, tmp):
+    con.execute("ATTACH 'ducklake:moraine:%s/catalog' AS lake (DATA_PATH '%s/data/')" % (tmp, tmp))
+
+
+def keys_read(con):
+    return dict(con.execute("SELECT name, value FROM moraine_stats('lake')").fetchall())["keys_read"]
+
+
+def contents(con):
+    rows = con.execute("SELECT x FROM lake.t ORDER BY x").fetchall()
+    snapshots = con.execute("SELECT snapshot_id FROM ducklake_snapshots('lake') ORDER BY 1").fetchall()
+    return rows, snapshots
+
+
+COMMITS = 300
+
+
+def test_a_detached_lake_attaches_from_its_image_and_a_stale_image_is_ignored(tmp):
+    harness.require_extension("moraine")
+    con = harness.connect()
+    attach(con, tmp)
+    con.execute("CREATE TABLE lake.t (x BIGINT)")
+    for i in range(COMMITS):
+        con.execute("INSERT INTO lake.t VALUES (%d)" % i)
+    before = contents(con)
+    con.close()
+
+    con = harness.connect()
+    attach(con, tmp)
+    assert contents(con) == before
+    from_image = keys_read(con)
+    con.close()
+    # A record per snapshot and per inlined row would be more than 2 * COMMITS keys.
+    assert from_image < COMMITS // 2, from_image
+
+    # A process that commits and exits without DETACH leaves the image one head behind.
+    script = ("import sys; sys.path.insert(0, %r); import harness, os\n"
+              "con = harness.connect()\n"
+              "con.execute(\"ATTACH 'ducklake:moraine:%s/catalog' AS lake (DATA_PATH '%s/data/')\")\n"
+              "con.execute('INSERT INTO lake.t VALUES (%d)')\n"
+              "os._exit(0)\n" % (os.path.dirname(os.path.abspath(__file__)), tmp, tmp, COMMITS))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+    con = harness.connect()
+    attach(con, tmp)
+    rows, snapshots = contents(con)
+    from_records = keys_read(con)
+    con.close()
+    assert rows == before[0] + [(COMMITS,)]
+    assert len(snapshots) == len(before[1]) + 1
+    assert from_records > 2 * COMMITS, from_records
+    print("head image: a cold attach read %d keys from the image, %d from the records of a stale one"
+          % (from_image, from_records))
