@@ -35,12 +35,24 @@ pub struct Replacement {
     pub deletes: Vec<Vec<u8>>,
 }
 
+impl Replacement {
+    /// The bytes the image's parts and stamp write.
+    pub fn bytes(&self) -> usize {
+        self.puts.iter().map(|(k, v)| k.len() + v.len()).sum()
+    }
+}
+
 /// The frame tag of an image part.
 pub const IMAGE_TAG: u8 = 0xf2;
 
 /// A part holds rows up to about this many bytes, so that no single value
 /// grows with the catalog.
 const PART_BYTES: usize = 1 << 20;
+
+/// An image larger than this is not taken: writing it at every detach
+/// would cost more than the records it saves reading, and the batch would
+/// be larger than anything else a catalog writes.
+pub const MAX_IMAGE_BYTES: usize = 64 << 20;
 
 /// Tables smaller than this are read from their records when a writer
 /// detaches: their image would save nothing worth its bytes.

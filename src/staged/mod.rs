@@ -660,6 +660,10 @@ pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -
         .map(|(key, _)| key.to_vec())
         .collect();
     let image = catalog::image::replacement(head, &tables, &existing, min_rows);
+    if image.bytes() > catalog::image::MAX_IMAGE_BYTES {
+        // The stale image stays; its stamp keeps it from being used.
+        return Ok(false);
+    }
     let txn = store.begin(&view)?;
     for (key, value) in &image.puts {
         txn.put(key, value)?;
