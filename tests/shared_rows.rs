@@ -7,9 +7,8 @@
 mod common;
 
 use common::*;
-use moraine::catalog;
 use moraine::catalog::{Kind, Row, TableRef};
-use moraine::staged::{take_image, AttachShared, StagedTransaction};
+use moraine::staged::{committed_records, take_image, AttachShared, StagedTransaction};
 use moraine::store::Store;
 use std::sync::Arc;
 
@@ -96,20 +95,7 @@ impl Attach {
 /// A table's committed rows read from its records alone.
 async fn records_of(store: &Arc<Store>, table: TableRef) -> Vec<Row> {
     let view = store.snapshot().await.unwrap();
-    match table {
-        TableRef::Fixed(kind) => catalog::committed_rows(store, &view, kind).await.unwrap(),
-        TableRef::InlineData {
-            table_id,
-            schema_version,
-        } => moraine::inline::committed_data_rows(store, &view, table_id, schema_version)
-            .await
-            .unwrap(),
-        TableRef::InlineDelete { table_id } => {
-            moraine::inline::committed_delete_rows(store, &view, table_id)
-                .await
-                .unwrap()
-        }
-    }
+    committed_records(store, &view, table).await.unwrap()
 }
 
 fn stats_row(table_id: i64, records: i64) -> Row {

@@ -198,9 +198,10 @@ impl Images {
     }
 
     fn from_entries(entries: KeyValues) -> Images {
+        let stamp = stamp_key();
         let mut parts: HashMap<String, Vec<(u32, Bytes)>> = HashMap::new();
         for (key, value) in entries {
-            if key.as_ref() == stamp_key().as_slice() {
+            if key.as_ref() == stamp.as_slice() {
                 continue;
             }
             // A part whose key does not decode is ignored: the records
@@ -210,10 +211,6 @@ impl Images {
             }
         }
         Images { parts }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.parts.is_empty()
     }
 
     /// `table`'s rows, when its image is whole, taken at `head`, and every

@@ -352,18 +352,7 @@ impl StagedTransaction {
             shared.rows.offer(pinned.head, table, &rows);
             return Ok(rows);
         }
-        let rows = Arc::new(match table {
-            TableRef::Fixed(kind) => catalog::committed_rows(&store, &pinned.view, kind).await?,
-            TableRef::InlineData {
-                table_id,
-                schema_version,
-            } => {
-                inline::committed_data_rows(&store, &pinned.view, table_id, schema_version).await?
-            }
-            TableRef::InlineDelete { table_id } => {
-                inline::committed_delete_rows(&store, &pinned.view, table_id).await?
-            }
-        });
+        let rows = Arc::new(committed_records(&store, &pinned.view, table).await?);
         pinned.rows.insert(table, rows.clone());
         shared.rows.offer(pinned.head, table, &rows);
         Ok(rows)
@@ -591,6 +580,24 @@ impl CommitOutcome {
     }
 }
 
+/// `table`'s committed rows read from its records (never from the image).
+pub async fn committed_records(
+    store: &Store,
+    view: &ReadView,
+    table: TableRef,
+) -> Result<Vec<Row>> {
+    match table {
+        TableRef::Fixed(kind) => catalog::committed_rows(store, view, kind).await,
+        TableRef::InlineData {
+            table_id,
+            schema_version,
+        } => inline::committed_data_rows(store, view, table_id, schema_version).await,
+        TableRef::InlineDelete { table_id } => {
+            inline::committed_delete_rows(store, view, table_id).await
+        }
+    }
+}
+
 /// `table`'s committed rows from the store's head image, when it holds one
 /// taken at the pinned head ([`catalog::image`]).
 async fn image_rows(
@@ -630,9 +637,10 @@ async fn image_rows(
 const HISTORY_KINDS: [Kind; 2] = [Kind::Snapshot, Kind::SnapshotChanges];
 
 /// Writes the head image of the tables this attach's transactions hold
-/// (and of [`HISTORY_KINDS`]) with at least `min_rows` rows, when this process holds the writer turn and
-/// the kept rows are at the store's head; a store it cannot take one of is
-/// left as it is. Returns whether an image was written.
+/// (and of [`HISTORY_KINDS`]) with at least `min_rows` rows, when this
+/// process holds the writer turn and the kept rows are at the store's head;
+/// a store it cannot take one of is left as it is. Returns whether an image
+/// was written.
 pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -> Result<bool> {
     let Some(view) = store.snapshot_if_writing().await? else {
         return Ok(false);
@@ -649,7 +657,7 @@ pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -
     for kind in HISTORY_KINDS {
         let table = TableRef::Fixed(kind);
         if !tables.iter().any(|(kept, _)| *kept == table) {
-            let rows = catalog::committed_rows(store, &view, kind).await?;
+            let rows = committed_records(store, &view, table).await?;
             tables.push((table, Arc::new(rows)));
         }
     }

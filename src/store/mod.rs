@@ -243,17 +243,7 @@ impl Store {
     /// On a read-write attach it holds the writer turn until dropped.
     pub async fn snapshot(&self) -> Result<ReadView> {
         match &self.handle {
-            Handle::Writer(turn) => {
-                let pin = turn.pin().await?;
-                let snapshot = pin
-                    .db()
-                    .snapshot()
-                    .map_err(|e| slate("taking a snapshot", e))?;
-                Ok(ReadView::Snapshot {
-                    snapshot,
-                    pin: Arc::new(pin),
-                })
-            }
+            Handle::Writer(turn) => writer_view(turn.pin().await?),
             Handle::Reader(_) => Ok(ReadView::Reader),
         }
     }
@@ -264,17 +254,7 @@ impl Store {
         let Handle::Writer(turn) = &self.handle else {
             return Ok(None);
         };
-        let Some(pin) = turn.pin_if_held().await else {
-            return Ok(None);
-        };
-        let snapshot = pin
-            .db()
-            .snapshot()
-            .map_err(|e| slate("taking a snapshot", e))?;
-        Ok(Some(ReadView::Snapshot {
-            snapshot,
-            pin: Arc::new(pin),
-        }))
+        turn.pin_if_held().await.map(writer_view).transpose()
     }
 
     pub async fn get(&self, view: &ReadView, key: &[u8]) -> Result<Option<Bytes>> {
@@ -412,6 +392,18 @@ impl Store {
             Handle::Reader(r) => r.close().await.map_err(|e| slate("closing", e)),
         }
     }
+}
+
+/// A snapshot of the writer `pin` holds, holding the turn as long as it lives.
+fn writer_view(pin: turn::TurnPin) -> Result<ReadView> {
+    let snapshot = pin
+        .db()
+        .snapshot()
+        .map_err(|e| slate("taking a snapshot", e))?;
+    Ok(ReadView::Snapshot {
+        snapshot,
+        pin: Arc::new(pin),
+    })
 }
 
 fn reader_view_on_writer() -> Error {
