@@ -228,6 +228,8 @@ fn fresh_location(backend: Backend) -> (StoreUri, Option<tempfile::TempDir>) {
 const GRACE: Duration = Duration::from_millis(300);
 /// A bound on any one run, so a bug cannot hang the suite.
 const RUN_LIMIT: Duration = Duration::from_secs(120);
+/// A bound on reopening, reading and closing the store after a cut.
+const REOPEN_LIMIT: Duration = Duration::from_secs(60);
 
 fn settings(force_takeover: bool) -> StoreSettings {
     StoreSettings {
@@ -309,23 +311,35 @@ async fn attempt(path: &CommitPath, backend: Backend, budget: Option<u64>) -> At
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    assert!(
+        run.is_finished() || freezer.frozen(),
+        "cut after {budget:?} writes: the run neither finished nor froze within {RUN_LIMIT:?}"
+    );
     // A stuck run stays parked on its frozen write; its store is fenced below.
     let acknowledged = acknowledged.load(Ordering::SeqCst);
     let writes = freezer.writes() - start;
     // Keep the freezer (and the frozen store's background tasks) alive.
     std::mem::forget(freezer.clone());
-    let reopened = Store::open_on(&uri, inner, &settings(true)).await.unwrap();
-    let after_reopen = contents(&reopened).await;
-    // The reopened store is usable: an empty one bootstraps, any other
-    // yields its head to a new transaction.
-    let reopened = Arc::new(reopened);
-    if after_reopen.is_empty() {
-        bootstrap(&reopened).await;
-    } else {
-        let mut tx = StagedTransaction::new(reopened.clone());
-        tx.premise().await.unwrap();
-    }
-    reopened.close().await.unwrap();
+    let reopen = async {
+        let reopened = Store::open_on(&uri, inner, &settings(true)).await.unwrap();
+        let after_reopen = contents(&reopened).await;
+        // The reopened store is usable: an empty one bootstraps, any other
+        // yields its head to a new transaction.
+        let reopened = Arc::new(reopened);
+        if after_reopen.is_empty() {
+            bootstrap(&reopened).await;
+        } else {
+            let mut tx = StagedTransaction::new(reopened.clone());
+            tx.premise().await.unwrap();
+        }
+        reopened.close().await.unwrap();
+        after_reopen
+    };
+    let after_reopen = tokio::time::timeout(REOPEN_LIMIT, reopen)
+        .await
+        .unwrap_or_else(|_| {
+            panic!("cut after {budget:?} writes: reopening did not finish within {REOPEN_LIMIT:?}")
+        });
     Attempt {
         acknowledged,
         writes,

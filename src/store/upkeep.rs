@@ -251,10 +251,7 @@ pub async fn compact_fully(
         .min()
         .unwrap_or(0);
     let merged_l0: Vec<_> = manifest.l0().iter().map(|view| view.id).collect();
-    admin
-        .submit_compaction(CompactionSpec::new(sources, destination))
-        .await
-        .map_err(|e| slate("submitting a full compaction", e))?;
+    submit_compaction(admin, CompactionSpec::new(sources, destination)).await?;
     // Done once every merged L0 left the manifest and the runs became one
     // (L0s flushed meanwhile by new commits may stay).
     while started.elapsed() < deadline {
@@ -272,6 +269,34 @@ pub async fn compact_fully(
     Err(Error::Store(format!(
         "a full compaction of the store did not finish within {deadline:?}"
     )))
+}
+
+/// How often a full compaction is resubmitted after SlateDB refused its job
+/// id as older than a job the running compactor scheduled meanwhile.
+const SUBMIT_ATTEMPTS: u32 = 5;
+
+/// Submits `spec`. SlateDB draws the job id from the clock before it reads the
+/// job list, and refuses an id older than the newest job there; when the
+/// running compactor schedules a job in that millisecond, the submission is
+/// refused although nothing is wrong, so it is retried with a fresh id.
+async fn submit_compaction(admin: &Admin, spec: CompactionSpec) -> Result<()> {
+    let mut attempt = 1;
+    loop {
+        match admin.submit_compaction(spec.clone()).await {
+            Ok(_) => return Ok(()),
+            Err(e) if attempt < SUBMIT_ATTEMPTS && is_job_id_race(&e) => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            Err(e) => return Err(slate("submitting a full compaction", e)),
+        }
+    }
+}
+
+/// Whether SlateDB refused a compaction job because its id is older than a
+/// job already listed (its monotonic-clock invariant).
+fn is_job_id_race(error: &slatedb::Error) -> bool {
+    error.to_string().contains("invalid clock tick")
 }
 
 /// One tidy-up: flush, then two full compactions into the last run, the
