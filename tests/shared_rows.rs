@@ -306,3 +306,48 @@ async fn shared_rows_match_the_store_after_every_kind_of_commit() {
     tx.commit().await.unwrap();
     lake.check("expiry through the shared rows").await;
 }
+
+/// Reads `kinds` in a transaction of `attach`.
+async fn read_in(attach: &Attach, kinds: &[Kind]) {
+    let mut tx = attach.tx();
+    for kind in kinds {
+        tx.visible_rows(fixed(*kind)).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn an_image_is_retaken_at_its_head_only_when_a_session_read_a_table_it_lacks() {
+    let store = memory_store("retake").await;
+    bootstrap(&store).await;
+    create_table(&store, 1, 1, "t").await;
+    let session = || Attach {
+        store: store.clone(),
+        shared: Arc::default(),
+    };
+
+    let tiny = session();
+    read_in(&tiny, &[Kind::Snapshot]).await;
+    assert!(
+        !take_image(&store, &tiny.shared, 1_000).await.unwrap(),
+        "a catalog under the minimum got an image"
+    );
+
+    let first = session();
+    read_in(&first, &[Kind::Snapshot]).await;
+    assert!(take_image(&store, &first.shared, 0).await.unwrap());
+
+    // A cold session reads the image, then a table the image lacks.
+    let second = session();
+    read_in(&second, &[Kind::Snapshot, Kind::Schema]).await;
+    assert!(
+        take_image(&store, &second.shared, 0).await.unwrap(),
+        "the image of this head lacks a table the session read, and was not retaken"
+    );
+
+    let fourth = session();
+    read_in(&fourth, &[Kind::Snapshot, Kind::Schema]).await;
+    assert!(
+        !take_image(&store, &fourth.shared, 0).await.unwrap(),
+        "retaken although the image held every table read"
+    );
+}

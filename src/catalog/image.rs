@@ -54,8 +54,11 @@ const PART_BYTES: usize = 1 << 20;
 /// be larger than anything else a catalog writes.
 pub const MAX_IMAGE_BYTES: usize = 64 << 20;
 
-/// Tables smaller than this are read from their records when a writer
-/// detaches: their image would save nothing worth its bytes.
+/// A catalog whose read tables hold fewer rows than this together gets no
+/// image when a writer detaches: its records are as quick to read. Above
+/// it, the image holds every table the session read, empty ones too: each
+/// table read from its records costs a SlateDB scan (about half a
+/// millisecond, even for no rows), and a cold attach reads twenty of them.
 pub const MIN_IMAGE_ROWS: usize = 64;
 
 /// The key of the image's stamp: the head the parts were taken at. A
@@ -213,6 +216,11 @@ impl Images {
         Images { parts }
     }
 
+    /// Whether the image has parts of `table`.
+    pub fn holds(&self, table: TableRef) -> bool {
+        self.parts.contains_key(&table.name())
+    }
+
     /// `table`'s rows, when its image is whole, taken at `head`, and every
     /// row has `width` cells; `None` otherwise. An image that fails to
     /// decode is not an error: the records are the truth.
@@ -260,19 +268,13 @@ fn decode_parts(parts: &[(u32, Bytes)], head: Head, width: usize) -> Result<Opti
 }
 
 /// What taking an image at `head` writes: its stamp and the parts of
-/// `tables` with at least `min_rows` rows, and deletes of every other part
-/// `existing` holds.
-pub fn replacement(
-    head: Head,
-    tables: &[TableRows],
-    existing: &[Vec<u8>],
-    min_rows: usize,
-) -> Replacement {
+/// every table of `tables`, and deletes of every other part `existing`
+/// holds.
+pub fn replacement(head: Head, tables: &[TableRows], existing: &[Vec<u8>]) -> Replacement {
     let puts: Vec<Entry> = std::iter::once((stamp_key(), encode_stamp(head)))
         .chain(
             tables
                 .iter()
-                .filter(|(_, rows)| rows.len() >= min_rows)
                 .flat_map(|(table, rows)| encode(*table, head, rows)),
         )
         .collect();
@@ -368,11 +370,10 @@ mod tests {
             (big, std::sync::Arc::new(rows(100))),
             (small, std::sync::Arc::new(rows(2))),
         ];
-        let Replacement { puts, deletes } =
-            replacement(head(4), &tables, &existing, MIN_IMAGE_ROWS);
+        let Replacement { puts, deletes } = replacement(head(4), &tables, &existing);
         assert_eq!(
             puts.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
-            vec![stamp_key(), part_key(big, 0)]
+            vec![stamp_key(), part_key(big, 0), part_key(small, 0)]
         );
         assert_eq!(deletes, vec![part_key(big, 1), part_key(gone, 0)]);
     }

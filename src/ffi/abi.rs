@@ -13,6 +13,7 @@ use crate::store::{Store, StoreSettings, StoreUri};
 use std::collections::HashMap;
 use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// One opened store and what its transactions share. Attaching the same
@@ -86,9 +87,15 @@ pub const CELL_TEXT: u8 = 3;
 pub const CELL_BLOB: u8 = 4;
 
 /// Runs `body`, turning errors and panics into a status code and a message.
+/// Wall time spent inside moraine's calls by this process: how much of a
+/// statement's time is the catalog's and how much is DuckDB's own.
+static CALL_MICROS: AtomicU64 = AtomicU64::new(0);
+
 fn guarded(err_out: *mut *mut c_char, body: impl FnOnce() -> Result<()>) -> i32 {
+    let started = std::time::Instant::now();
     let result = catch_unwind(AssertUnwindSafe(body))
         .unwrap_or_else(|panic| Err(Error::Internal(panic_text(&*panic))));
+    CALL_MICROS.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
     match result {
         Ok(()) => 0,
         Err(e) => {
@@ -850,7 +857,10 @@ pub extern "C" fn moraine_db_stats(
         let turns = db.store.turn_counters().map(|c| c.snapshot());
         // What reads cost in keys: a cold attach that reads the head image
         // reads a few, one that reads the records reads one per row.
-        let keys = [("keys_read", db.store.keys_read())];
+        let keys = [
+            ("keys_read", db.store.keys_read()),
+            ("call_micros", CALL_MICROS.load(Ordering::Relaxed)),
+        ];
         let cells = commits
             .into_iter()
             .chain(requests)

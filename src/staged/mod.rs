@@ -637,10 +637,10 @@ async fn image_rows(
 const HISTORY_KINDS: [Kind; 2] = [Kind::Snapshot, Kind::SnapshotChanges];
 
 /// Writes the head image of the tables this attach's transactions hold
-/// (and of [`HISTORY_KINDS`]) with at least `min_rows` rows, when this
-/// process holds the writer turn and the kept rows are at the store's head;
-/// a store it cannot take one of is left as it is. Returns whether an image
-/// was written.
+/// (and of [`HISTORY_KINDS`]) when they hold at least `min_rows` rows
+/// together, this process holds the writer turn and the kept rows are at
+/// the store's head; a store it cannot take one of is left as it is.
+/// Returns whether an image was written.
 pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -> Result<bool> {
     let Some(view) = store.snapshot_if_writing().await? else {
         return Ok(false);
@@ -648,10 +648,7 @@ pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -
     let Some((head, mut tables)) = shared.rows.kept() else {
         return Ok(false);
     };
-    if catalog::read_head(store, &view).await? != Some(head)
-        || catalog::image::stamp(store, &view).await? == Some(head)
-    {
-        // Not at the store's head, or the image of this head is taken.
+    if catalog::read_head(store, &view).await? != Some(head) {
         return Ok(false);
     }
     for kind in HISTORY_KINDS {
@@ -667,7 +664,15 @@ pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -
         .into_iter()
         .map(|(key, _)| key.to_vec())
         .collect();
-    let image = catalog::image::replacement(head, &tables, &existing, min_rows);
+    if tables.iter().map(|(_, rows)| rows.len()).sum::<usize>() < min_rows {
+        return Ok(false);
+    }
+    let imaged = catalog::image::stamp(store, &view).await? == Some(head);
+    if imaged && image_holds(shared, head, &tables) {
+        // The image of this head is taken, with every table read since.
+        return Ok(false);
+    }
+    let image = catalog::image::replacement(head, &tables, &existing);
     if image.bytes() > catalog::image::MAX_IMAGE_BYTES {
         // The stale image stays; its stamp keeps it from being used.
         return Ok(false);
@@ -681,6 +686,15 @@ pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -
     }
     store.commit(txn).await?;
     Ok(true)
+}
+
+/// Whether the image this attach read at `head` holds every one of
+/// `tables`; false when it never read one.
+fn image_holds(shared: &AttachShared, head: Head, tables: &[catalog::image::TableRows]) -> bool {
+    shared
+        .rows
+        .images(head)
+        .is_some_and(|images| tables.iter().all(|(table, _)| images.holds(*table)))
 }
 
 fn validate_columns(name: &str, given: &[ColumnDesc], expected: &[ColumnDesc]) -> Result<()> {
