@@ -294,7 +294,7 @@ async fn inline_missing_version_fails_the_transaction() {
         },
     ];
     let view = store.snapshot().await.unwrap();
-    let err = moraine::staged::translate::commit(&store, &view, head, &ops)
+    let err = moraine::staged::translate::commit(&store, &view, head, &ops, &Default::default())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NotFound(_)), "{err}");
@@ -369,4 +369,86 @@ async fn lost_schema_versions_are_floored_at_the_oldest_data_file() {
         .await
         .unwrap();
     assert!(rows.contains(&vec![int(2), int(2), int(1)]), "{rows:?}");
+}
+
+/// Snapshots 2..=`last` after [`history`]'s first table, one commit each.
+async fn snapshots_up_to(store: &StoreRef, last: i64) {
+    bootstrap(store).await;
+    create_table(store, 1, 1, "t").await;
+    for id in 2..=last {
+        let mut tx = StagedTransaction::new(store.clone());
+        stage(&mut tx, Kind::Snapshot, snapshot_row(id, 1, 3, 10)).await;
+        stage(
+            &mut tx,
+            Kind::SnapshotChanges,
+            changes_row(id, "altered_table:1"),
+        )
+        .await;
+        tx.commit().await.unwrap();
+    }
+}
+
+/// An expiry that read `ducklake_snapshot` knows every snapshot record's
+/// key from those rows: its commit reads none of them back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expiry_commit_does_not_read_back_the_snapshots_it_read() {
+    const LAST: i64 = 300;
+    let store = memory_store("known-snapshots").await;
+    snapshots_up_to(&store, LAST).await;
+    let mut tx = StagedTransaction::new(store.clone());
+    let older = |r: &Row| r[0].as_int() != Some(LAST);
+    let expired = delete_where(&mut tx, Kind::Snapshot, older).await;
+    delete_where(&mut tx, Kind::SnapshotChanges, older).await;
+    assert_eq!(expired as i64, LAST);
+    let before = store.keys_read();
+    tx.commit().await.unwrap();
+    let read = store.keys_read() - before;
+    assert!(read < 10, "the expiry commit read {read} keys");
+    let left = StagedTransaction::new(store.clone())
+        .visible_rows(fixed(Kind::Snapshot))
+        .await
+        .unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0][0], int(LAST));
+    assert_eq!(raw_keys(&store, Subspace::Snapshot, None).await, 1);
+}
+
+/// Known keys answer for existence: a snapshot they lack does not exist,
+/// and a changes row whose snapshot stays cannot go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn known_snapshot_keys_still_refuse_what_does_not_exist() {
+    let store = memory_store("known-refusals").await;
+    snapshots_up_to(&store, 5).await;
+    let mut tx = StagedTransaction::new(store.clone());
+    let head = tx.premise().await.unwrap();
+    let rows = tx.visible_rows(fixed(Kind::Snapshot)).await.unwrap();
+    let prefix = keys::prefix(Subspace::Snapshot, None);
+    let mut known = moraine::catalog::writes::KnownKeys::default();
+    known.add(
+        prefix,
+        rows.iter()
+            .map(|row| catalog::location(Kind::Snapshot, row).unwrap())
+            .collect(),
+    );
+    let view = store.snapshot().await.unwrap();
+    let commit = |ops: Vec<moraine::staged::StagedOp>| {
+        let (store, view, known) = (&store, &view, &known);
+        async move { moraine::staged::translate::commit(store, view, head, &ops, known).await }
+    };
+    let missing = commit(vec![moraine::staged::StagedOp::Delete {
+        table: fixed(Kind::Snapshot),
+        row: snapshot_row(99, 1, 3, 10),
+    }])
+    .await
+    .unwrap_err();
+    assert!(matches!(missing, Error::NotFound(_)), "{missing}");
+    let orphaned = commit(vec![moraine::staged::StagedOp::Delete {
+        table: fixed(Kind::SnapshotChanges),
+        row: changes_row(3, "altered_table:1"),
+    }])
+    .await
+    .unwrap_err();
+    assert!(matches!(orphaned, Error::Constraint(_)), "{orphaned}");
+    // Nothing landed.
+    assert_eq!(raw_keys(&store, Subspace::Snapshot, None).await, 6);
 }

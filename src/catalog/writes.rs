@@ -11,13 +11,45 @@ use crate::store::keys;
 use crate::store::value::{decode_record, encode_record, Record};
 use crate::store::StoreTxn;
 use bytes::Bytes;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// The records found under one prefix read ahead, by key.
 type ReadAhead = HashMap<Vec<u8>, Bytes>;
 
+/// Every key under some prefixes at a commit's premise, known without a
+/// read: the committing transaction derived them from rows it read at its
+/// pinned head, and the premise check proves that head is still the
+/// store's. A key under a known prefix that the set lacks does not exist.
+#[derive(Debug, Default)]
+pub struct KnownKeys {
+    prefixes: Vec<(Vec<u8>, HashSet<Vec<u8>>)>,
+}
+
+impl KnownKeys {
+    /// Declares `keys` to be every key under `prefix`.
+    pub fn add(&mut self, prefix: Vec<u8>, keys: HashSet<Vec<u8>>) {
+        self.prefixes.push((prefix, keys));
+    }
+
+    /// Whether `key` exists, when it lies under a known prefix.
+    fn exists(&self, key: &[u8]) -> Option<bool> {
+        self.prefixes
+            .iter()
+            .find(|(prefix, _)| key.starts_with(prefix))
+            .map(|(_, keys)| keys.contains(key))
+    }
+
+    /// Whether every key under `prefix` is known.
+    pub fn covers(&self, prefix: &[u8]) -> bool {
+        self.prefixes
+            .iter()
+            .any(|(known, _)| prefix.starts_with(known))
+    }
+}
+
 pub struct WriteSet<'a> {
     txn: &'a StoreTxn,
+    known: &'a KnownKeys,
     /// Every key this commit touches: `None` deletes it.
     touched: BTreeMap<Vec<u8>, Option<(u8, Record)>>,
     /// Whole key ranges read ahead for commits that touch many existing
@@ -28,12 +60,18 @@ pub struct WriteSet<'a> {
 }
 
 impl<'a> WriteSet<'a> {
-    pub fn new(txn: &'a StoreTxn) -> Self {
+    pub fn new(txn: &'a StoreTxn, known: &'a KnownKeys) -> Self {
         WriteSet {
             txn,
+            known,
             touched: BTreeMap::new(),
             read_ahead: Vec::new(),
         }
+    }
+
+    /// The keys this commit knows without reading.
+    pub fn known(&self) -> &KnownKeys {
+        self.known
     }
 
     /// Reads every record under `prefix` in one scan; later reads under it
@@ -57,6 +95,18 @@ impl<'a> WriteSet<'a> {
             }
         }
         self.txn.get(key).await
+    }
+
+    /// Whether a record exists at `key` as this commit sees it, without
+    /// decoding it, and without a read where the key is known.
+    pub async fn exists(&self, key: &[u8]) -> Result<bool> {
+        if let Some(entry) = self.touched.get(key) {
+            return Ok(entry.is_some());
+        }
+        if let Some(known) = self.known.exists(key) {
+            return Ok(known);
+        }
+        Ok(self.stored(key).await?.is_some())
     }
 
     /// The record at `key` as this commit sees it, framed with `tag`.

@@ -16,13 +16,14 @@ pub mod shared;
 pub mod translate;
 
 use crate::catalog::image::Images;
+use crate::catalog::writes::KnownKeys;
 use crate::catalog::{self, ColumnDesc, Head, Kind, Row, TableRef};
 use crate::error::{Error, Result};
 use crate::inline;
 use crate::store::{ReadView, Store};
 use claims::{Change, RowClaims};
 pub use shared::{InlineTables, SharedRows};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// One row operation DuckLake issued, kept exactly as it arrived.
@@ -507,8 +508,41 @@ impl StagedTransaction {
     /// this transaction's view, without committing it.
     pub async fn prepare(&mut self) -> Result<translate::PreparedCommit> {
         let premise = self.premise().await?;
+        let known = self.known_keys()?;
         let view = self.pinned_view()?;
-        translate::prepare(&self.store, view, premise, &self.ops).await
+        translate::prepare(&self.store, view, premise, &self.ops, &known).await
+    }
+
+    /// The keys a commit need not read: when it deletes snapshots (an expiry
+    /// deletes thousands) and this transaction read `ducklake_snapshot` at
+    /// its pinned head, every snapshot record's key follows from those rows.
+    fn known_keys(&self) -> Result<KnownKeys> {
+        let mut known = KnownKeys::default();
+        let expires = self.ops.iter().any(|op| {
+            matches!(
+                op,
+                StagedOp::Delete {
+                    table: TableRef::Fixed(Kind::Snapshot | Kind::SnapshotChanges),
+                    ..
+                }
+            )
+        });
+        let snapshots = self
+            .pinned
+            .as_ref()
+            .and_then(|pinned| pinned.rows.get(&TableRef::Fixed(Kind::Snapshot)));
+        let (true, Some(snapshots)) = (expires, snapshots) else {
+            return Ok(known);
+        };
+        let keys = snapshots
+            .iter()
+            .map(|row| catalog::location(Kind::Snapshot, row))
+            .collect::<Result<HashSet<_>>>()?;
+        for prefix in catalog::record_prefixes(Kind::Snapshot) {
+            let under = keys.iter().filter(|key| key.starts_with(&prefix));
+            known.add(prefix.clone(), under.cloned().collect());
+        }
+        Ok(known)
     }
 
     /// Translates the staged operations into one store transaction and waits
@@ -518,8 +552,9 @@ impl StagedTransaction {
             return Ok(CommitOutcome::Empty);
         }
         let premise = self.premise().await?;
+        let known = self.known_keys()?;
         let view = self.pinned_view()?;
-        let outcome = translate::commit(&self.store, view, premise, &self.ops).await;
+        let outcome = translate::commit(&self.store, view, premise, &self.ops, &known).await;
         self.store.commits().record(&outcome);
         if let Err(e) = &outcome {
             if !matches!(

@@ -11,7 +11,7 @@
 //! fails with a `conflict` DuckLake retries.
 
 use super::{CommitOutcome, StagedOp};
-use crate::catalog::writes::WriteSet;
+use crate::catalog::writes::{KnownKeys, WriteSet};
 use crate::catalog::{self, Cell, Head, Kind, Lifecycle, Row, TableRef};
 use crate::column;
 use crate::error::{Error, Result};
@@ -41,8 +41,9 @@ pub async fn commit(
     view: &ReadView,
     premise: Option<Head>,
     ops: &[StagedOp],
+    known: &KnownKeys,
 ) -> Result<CommitOutcome> {
-    prepare(store, view, premise, ops)
+    prepare(store, view, premise, ops, known)
         .await?
         .commit(store)
         .await
@@ -58,12 +59,14 @@ pub struct PreparedCommit {
 }
 
 /// Opens a store transaction, checks the premise through it and writes the
-/// translated operations into it.
+/// translated operations into it. `known` holds keys that exist at
+/// `premise`, which translation then neither reads nor reads ahead.
 pub async fn prepare(
     store: &Store,
     view: &ReadView,
     premise: Option<Head>,
     ops: &[StagedOp],
+    known: &KnownKeys,
 ) -> Result<PreparedCommit> {
     let mut txn = store.begin(view)?;
     let head = match txn.get(keys::SYS_HEAD).await? {
@@ -78,7 +81,7 @@ pub async fn prepare(
             describe(head)
         )));
     }
-    let outcome = Translator::new(&txn, head).translate(ops).await?;
+    let outcome = Translator::new(&txn, head, known).translate(ops).await?;
     Ok(PreparedCommit { txn, outcome })
 }
 
@@ -177,9 +180,9 @@ struct Translator<'a> {
 }
 
 impl<'a> Translator<'a> {
-    fn new(txn: &'a StoreTxn, head: Option<Head>) -> Self {
+    fn new(txn: &'a StoreTxn, head: Option<Head>, known: &'a KnownKeys) -> Self {
         Translator {
-            writes: WriteSet::new(txn),
+            writes: WriteSet::new(txn, known),
             inline: InlineCommit::default(),
             head,
             minted: None,
@@ -229,6 +232,7 @@ impl<'a> Translator<'a> {
             .into_iter()
             .filter(|(_, count)| *count >= PREFETCH_THRESHOLD)
             .flat_map(|(kind, _)| catalog::record_prefixes(kind))
+            .filter(|prefix| !self.writes.known().covers(prefix))
             .collect();
         for prefix in prefixes {
             self.writes.read_ahead(prefix).await?;
@@ -294,7 +298,7 @@ impl<'a> Translator<'a> {
                     .as_int()
                     .ok_or_else(|| Error::Constraint("snapshot_id must not be NULL".into()))?;
                 let key = catalog::location(kind, row)?;
-                if self.writes.load(&key, tag).await?.is_some() {
+                if self.writes.exists(&key).await? {
                     return Err(Error::Conflict(format!("snapshot {id} already exists")));
                 }
                 if let Some(previous) = self.minted.replace(id) {
@@ -314,7 +318,7 @@ impl<'a> Translator<'a> {
                     )));
                 }
                 let key = catalog::location(kind, row)?;
-                if self.writes.load(&key, tag).await?.is_none() {
+                if !self.writes.exists(&key).await? {
                     return Err(Error::NotFound(format!("snapshot {id} does not exist")));
                 }
                 self.writes.remove(key);
@@ -347,7 +351,7 @@ impl<'a> Translator<'a> {
             }
             RowOp::Delete(row) => {
                 let key = catalog::location(kind, row)?;
-                if self.writes.load(&key, tag).await?.is_some() {
+                if self.writes.exists(&key).await? {
                     return Err(Error::Constraint(format!(
                         "snapshot changes of {:?} can only be deleted together with their snapshot",
                         row[SNAPSHOT_ID]

@@ -59,8 +59,9 @@ pub struct Store {
     object_store: Arc<dyn ObjectStore>,
     root: Path,
     uri: StoreUri,
-    /// Keys returned by reads through this handle, for load accounting.
-    keys_read: AtomicU64,
+    /// Keys returned by reads through this handle and its transactions,
+    /// for load accounting.
+    keys_read: Arc<AtomicU64>,
     /// Commits tried through this handle and how they ended.
     commits: CommitCounters,
     /// Object-store requests made through this handle.
@@ -163,7 +164,7 @@ impl Store {
             object_store,
             root,
             uri: uri.clone(),
-            keys_read: AtomicU64::new(0),
+            keys_read: Arc::default(),
             commits: CommitCounters::default(),
             requests,
             unflushed_commits: AtomicU64::new(0),
@@ -321,13 +322,14 @@ impl Store {
             tx,
             pin: pin.clone(),
             batch: None,
+            keys_read: self.keys_read.clone(),
         })
     }
 
     /// Commits and waits until the batch is durable in object storage, so an
     /// acknowledged commit survives a crash.
     pub async fn commit(&self, txn: StoreTxn) -> Result<()> {
-        let StoreTxn { tx, pin, batch } = txn;
+        let StoreTxn { tx, pin, batch, .. } = txn;
         let db = pin.db();
         let landed = async {
             let handle = tx.commit().await.map_err(|e| slate("committing", e))?;
@@ -539,6 +541,7 @@ pub struct StoreTxn {
     pin: Arc<turn::TurnPin>,
     /// The store-wide number of this commit, when the caller keeps one.
     batch: Option<u64>,
+    keys_read: Arc<AtomicU64>,
 }
 
 impl StoreTxn {
@@ -549,6 +552,7 @@ impl StoreTxn {
     }
 
     pub async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        self.keys_read.fetch_add(1, Ordering::Relaxed);
         self.tx
             .get(key)
             .await
@@ -562,7 +566,10 @@ impl StoreTxn {
             .scan_prefix_with_options(prefix, .., &bulk_scan())
             .await
             .map_err(|e| slate(&ctx, e))?;
-        drain(iter, &ctx).await
+        let out = drain(iter, &ctx).await?;
+        self.keys_read
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        Ok(out)
     }
 
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
