@@ -155,6 +155,23 @@ PhysicalOperator &MoraineCatalog::PlanUpdate(ClientContext &context, PhysicalPla
 	return update;
 }
 
+LogicalType MoraineCatalog::ColumnType(const string &type_string, ClientContext &context) {
+	auto built_in = TransformStringToLogicalTypeId(type_string) != LogicalTypeId::UNBOUND;
+	if (built_in) {
+		lock_guard<mutex> guard(column_types_lock);
+		auto known = column_types.find(type_string);
+		if (known != column_types.end()) {
+			return known->second;
+		}
+	}
+	auto type = TransformStringToLogicalType(type_string, context);
+	if (built_in) {
+		lock_guard<mutex> guard(column_types_lock);
+		column_types.emplace(type_string, type);
+	}
+	return type;
+}
+
 DatabaseSize MoraineCatalog::GetDatabaseSize(ClientContext &context) {
 	return DatabaseSize();
 }

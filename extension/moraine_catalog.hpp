@@ -38,6 +38,12 @@ public:
 	                             PhysicalOperator &plan) override;
 	PhysicalOperator &PlanUpdate(ClientContext &context, PhysicalPlanGenerator &planner, LogicalUpdate &op,
 	                             PhysicalOperator &plan) override;
+	//! The DuckDB type a column type string of the core names. Parsing costs
+	//! tens of microseconds and every transaction describes the tables it
+	//! reads anew, so built-in type names are parsed once per catalog; any
+	//! other name (a user type could change) is parsed every time.
+	LogicalType ColumnType(const string &type_string, ClientContext &context);
+
 	DatabaseSize GetDatabaseSize(ClientContext &context) override;
 	bool InMemory() override;
 	string GetDBPath() override;
@@ -53,6 +59,8 @@ private:
 	MoraineDb *handle;
 	unique_ptr<MoraineSchemaEntry> main_schema;
 	mutex schemas_lock;
+	mutex column_types_lock;
+	unordered_map<string, LogicalType> column_types;
 	case_insensitive_map_t<unique_ptr<MoraineSchemaEntry>> other_schemas;
 };
 

@@ -69,7 +69,7 @@ MoraineTableEntry *MoraineTransaction::GetTable(ClientContext &context, MoraineS
 		moraine_table_desc_column(desc, i, &col_name, &col_type, &transfer);
 		LogicalType type;
 		try {
-			type = TransformStringToLogicalType(col_type, context);
+			type = catalog.ColumnType(col_type, context);
 		} catch (std::exception &ex) {
 			moraine_table_desc_free(desc);
 			throw IOException("moraine: column %s of %s has a type DuckDB cannot parse: %s", col_name, name, col_type);
