@@ -287,7 +287,7 @@ async fn attempt(path: &CommitPath, backend: Backend, budget: Option<u64>) -> At
                 Some(store) => store,
                 None => match Store::open_on(&uri, freezer, &settings(false)).await {
                     Ok(store) => Arc::new(store),
-                    Err(_) => return,
+                    Err(_) => return None,
                 },
             };
             commit(&store).await;
@@ -295,8 +295,7 @@ async fn attempt(path: &CommitPath, backend: Backend, budget: Option<u64>) -> At
             // What follows an acknowledged commit: its batch moves from the
             // WAL into an L0 SST and the manifest.
             let _ = store.flush_to_l0().await;
-            // The store is not closed: a frozen close would never finish.
-            std::mem::forget(store);
+            Some(store)
         }
     };
     let run = tokio::spawn(run);
@@ -318,27 +317,51 @@ async fn attempt(path: &CommitPath, backend: Backend, budget: Option<u64>) -> At
     // A stuck run stays parked on its frozen write; its store is fenced below.
     let acknowledged = acknowledged.load(Ordering::SeqCst);
     let writes = freezer.writes() - start;
+    if run.is_finished() {
+        if let Ok(Some(store)) = run.await {
+            if budget.is_none() {
+                // The uncut run's writer is done and nothing is frozen: it
+                // stops as a finished process would, so that it does not
+                // compete with the reopened writer. The product never opens
+                // one location twice in a process (`ffi`'s open stores).
+                store.close().await.unwrap();
+            } else {
+                // A close would reach the cut and never finish.
+                std::mem::forget(store);
+            }
+        }
+    }
     // Keep the freezer (and the frozen store's background tasks) alive.
     std::mem::forget(freezer.clone());
+    // Which step of the reopen is under way, for the message if it stalls.
+    let step = std::sync::Mutex::new("opening");
+    let at = |name| *step.lock().unwrap() = name;
     let reopen = async {
         let reopened = Store::open_on(&uri, inner, &settings(true)).await.unwrap();
+        at("reading the contents");
         let after_reopen = contents(&reopened).await;
         // The reopened store is usable: an empty one bootstraps, any other
         // yields its head to a new transaction.
         let reopened = Arc::new(reopened);
+        at("starting a transaction");
         if after_reopen.is_empty() {
             bootstrap(&reopened).await;
         } else {
             let mut tx = StagedTransaction::new(reopened.clone());
             tx.premise().await.unwrap();
         }
+        at("closing");
         reopened.close().await.unwrap();
         after_reopen
     };
     let after_reopen = tokio::time::timeout(REOPEN_LIMIT, reopen)
         .await
         .unwrap_or_else(|_| {
-            panic!("cut after {budget:?} writes: reopening did not finish within {REOPEN_LIMIT:?}")
+            panic!(
+                "cut after {budget:?} writes: reopening did not finish within {REOPEN_LIMIT:?} \
+                 (stalled {})",
+                step.lock().unwrap()
+            )
         });
     Attempt {
         acknowledged,

@@ -63,6 +63,10 @@ const WATCH_REMOTE_STORE: Watch = Watch {
 };
 const ACTIVE_WINDOW: Duration = Duration::from_secs(2);
 
+/// How long each step of a detach (the final flush, closing the writer) may
+/// take before the detach gives up on it.
+const CLOSE_STEP_LIMIT: Duration = Duration::from_secs(15);
+
 /// Opens this store's SlateDB writer (fencing any earlier one) with the
 /// compactor and idle upkeep that run beside it.
 pub type OpenWriter = Box<dyn Fn() -> BoxFuture<'static, Result<OpenedWriter>> + Send + Sync>;
@@ -462,7 +466,11 @@ impl WriterTurn {
         // A detach leaves the store in SSTs, not only in the WAL, so a reader
         // or the next writer replays little. The flush runs while the
         // compactor still does, which drains L0 if it is over its limit.
-        let flushed = super::upkeep::flush_to_l0(&held.writer.db).await;
+        let flushed = self
+            .bounded("moving the memtable into an L0 SST", async {
+                super::upkeep::flush_to_l0(&held.writer.db).await
+            })
+            .await;
         if flushed.is_ok() {
             super::upkeep::merge_at_close(
                 &held.writer.db,
@@ -472,12 +480,35 @@ impl WriterTurn {
             )
             .await;
         }
-        let closed = held.writer.close().await.and(flushed);
+        let closed = self
+            .bounded("closing SlateDB's writer", held.writer.close())
+            .await
+            .and(flushed);
         if closed.is_ok() {
             super::upkeep::collect_logs_at_close(&self.root, &self.object_store).await;
         }
         lease::release(&self.object_store, &self.root, &self.me).await;
         closed
+    }
+
+    /// Runs one step of a close, failing it after [`CLOSE_STEP_LIMIT`]: a
+    /// detach must not hang, and every commit it acknowledged is durable in
+    /// the WAL already, where the next writer replays it.
+    async fn bounded(
+        &self,
+        step: &str,
+        work: impl std::future::Future<Output = Result<()>>,
+    ) -> Result<()> {
+        tokio::time::timeout(CLOSE_STEP_LIMIT, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Store(format!(
+                    "closing moraine store {}: {step} did not finish within {} s; every acknowledged \
+                     commit is durable in the log, and the next writer replays it",
+                    self.uri,
+                    CLOSE_STEP_LIMIT.as_secs()
+                )))
+            })
     }
 
     /// Stops renewing without releasing, as a crash would: the lease

@@ -97,7 +97,9 @@ async fn stop(running: Option<Running>) {
     // to stop, and the compactor then runs on: ask again until it has ended.
     // A compactor that failed has already ended.
     for _ in 0..STOP_ATTEMPTS {
-        let _ = running.compactor.stop().await;
+        // A stop request can itself wait on the compactor's work; it is
+        // asked again rather than waited for.
+        let _ = tokio::time::timeout(URGENT_POLL * 5, running.compactor.stop()).await;
         if tokio::time::timeout(URGENT_POLL * 5, &mut running.task)
             .await
             .is_ok()
