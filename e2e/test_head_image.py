@@ -64,3 +64,22 @@ def test_a_detached_lake_attaches_from_its_image_and_a_stale_image_is_ignored(tm
     assert from_records > 2 * COMMITS, from_records
     print("head image: a cold attach read %d keys from the image, %d from the records of a stale one"
           % (from_image, from_records))
+
+
+def test_a_session_that_only_inserted_leaves_its_inlined_rows_in_the_image(tmp):
+    harness.require_extension("moraine")
+    con = harness.connect()
+    attach(con, tmp)
+    con.execute("CREATE TABLE lake.t (x BIGINT)")
+    for i in range(COMMITS):
+        con.execute("INSERT INTO lake.t VALUES (%d)" % i)
+    # The session never reads lake.t's rows: an INSERT does not.
+    con.close()
+
+    con = harness.connect()
+    attach(con, tmp)
+    assert con.execute("SELECT count(*), sum(x) FROM lake.t").fetchone() == (COMMITS, COMMITS * (COMMITS - 1) // 2)
+    cold = keys_read(con)
+    con.close()
+    # The inlined table's records would be a key per row.
+    assert cold < COMMITS // 2, cold

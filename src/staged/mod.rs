@@ -671,10 +671,47 @@ async fn image_rows(
 /// and commits do not.
 const HISTORY_KINDS: [Kind; 2] = [Kind::Snapshot, Kind::SnapshotChanges];
 
+/// The tables the image holds even when the session never read them: the
+/// [`HISTORY_KINDS`], and every inlined table at the head, whose rows any
+/// query of its DuckLake table reads whole (a session that only inserts
+/// never reads them).
+async fn always_imaged(
+    store: &Store,
+    shared: &AttachShared,
+    view: &ReadView,
+    head: Head,
+) -> Result<Vec<TableRef>> {
+    let inline = match shared.rows.inline_tables(Some(head)) {
+        Some(kept) => kept,
+        None => Arc::new(InlineTables {
+            schemas: inline::committed_schemas(store, view)
+                .await?
+                .into_iter()
+                .collect(),
+            delete_tables: inline::committed_delete_tables(store, view).await?,
+        }),
+    };
+    let history = HISTORY_KINDS.iter().map(|kind| TableRef::Fixed(*kind));
+    let data = inline
+        .schemas
+        .keys()
+        .map(|(table_id, schema_version)| TableRef::InlineData {
+            table_id: *table_id,
+            schema_version: *schema_version,
+        });
+    let deletes = inline
+        .delete_tables
+        .iter()
+        .map(|table_id| TableRef::InlineDelete {
+            table_id: *table_id,
+        });
+    Ok(history.chain(data).chain(deletes).collect())
+}
+
 /// Writes the head image of the tables this attach's transactions hold
-/// (and of [`HISTORY_KINDS`]) when they hold at least `min_rows` rows
-/// together, this process holds the writer turn and the kept rows are at
-/// the store's head; a store it cannot take one of is left as it is.
+/// (and of the [`always_imaged`] ones) when they hold at least `min_rows`
+/// rows together, this process holds the writer turn and the kept rows are
+/// at the store's head; a store it cannot take one of is left as it is.
 /// Returns whether an image was written.
 pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -> Result<bool> {
     let Some(view) = store.snapshot_if_writing().await? else {
@@ -686,12 +723,28 @@ pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -
     if catalog::read_head(store, &view).await? != Some(head) {
         return Ok(false);
     }
-    for kind in HISTORY_KINDS {
-        let table = TableRef::Fixed(kind);
-        if !tables.iter().any(|(kept, _)| *kept == table) {
-            let rows = committed_records(store, &view, table).await?;
-            tables.push((table, Arc::new(rows)));
-        }
+    let unread: Vec<TableRef> = always_imaged(store, shared, &view, head)
+        .await?
+        .into_iter()
+        .filter(|table| !tables.iter().any(|(kept, _)| kept == table))
+        .collect();
+    let imaged = catalog::image::stamp(store, &view).await? == Some(head);
+    if imaged
+        && image_holds(
+            shared,
+            head,
+            tables.iter().map(|(t, _)| *t).chain(unread.iter().copied()),
+        )
+    {
+        // The image of this head is taken, with every table read since.
+        return Ok(false);
+    }
+    for table in unread {
+        let rows = committed_records(store, &view, table).await?;
+        tables.push((table, Arc::new(rows)));
+    }
+    if tables.iter().map(|(_, rows)| rows.len()).sum::<usize>() < min_rows {
+        return Ok(false);
     }
     let existing: Vec<Vec<u8>> = store
         .scan_prefix(&view, &catalog::image::stamp_key())
@@ -699,14 +752,6 @@ pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -
         .into_iter()
         .map(|(key, _)| key.to_vec())
         .collect();
-    if tables.iter().map(|(_, rows)| rows.len()).sum::<usize>() < min_rows {
-        return Ok(false);
-    }
-    let imaged = catalog::image::stamp(store, &view).await? == Some(head);
-    if imaged && image_holds(shared, head, &tables) {
-        // The image of this head is taken, with every table read since.
-        return Ok(false);
-    }
     let image = catalog::image::replacement(head, &tables, &existing);
     if image.bytes() > catalog::image::MAX_IMAGE_BYTES {
         // The stale image stays; its stamp keeps it from being used.
@@ -725,11 +770,15 @@ pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -
 
 /// Whether the image this attach read at `head` holds every one of
 /// `tables`; false when it never read one.
-fn image_holds(shared: &AttachShared, head: Head, tables: &[catalog::image::TableRows]) -> bool {
+fn image_holds(
+    shared: &AttachShared,
+    head: Head,
+    mut tables: impl Iterator<Item = TableRef>,
+) -> bool {
     shared
         .rows
         .images(head)
-        .is_some_and(|images| tables.iter().all(|(table, _)| images.holds(*table)))
+        .is_some_and(|images| tables.all(|table| images.holds(table)))
 }
 
 fn validate_columns(name: &str, given: &[ColumnDesc], expected: &[ColumnDesc]) -> Result<()> {
