@@ -87,6 +87,9 @@ pub const CELL_TEXT: u8 = 3;
 pub const CELL_BLOB: u8 = 4;
 
 /// Runs `body`, turning errors and panics into a status code and a message.
+/// How long a closing attach may spend taking the head image.
+const IMAGE_AT_CLOSE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Wall time spent inside moraine's calls by this process: how much of a
 /// statement's time is the catalog's and how much is DuckDB's own.
 static CALL_MICROS: AtomicU64 = AtomicU64::new(0);
@@ -305,12 +308,16 @@ pub extern "C" fn moraine_close(db: *mut MoraineDb) {
         };
         if last {
             // The next cold attach reads the tables this one holds from a
-            // few packed values instead of a record per row. A failure
-            // only leaves the image stale.
-            let _ = block_on(crate::staged::take_image(
-                &db.store,
-                &db.shared,
-                crate::catalog::image::MIN_IMAGE_ROWS,
+            // few packed values instead of a record per row. A failure, or
+            // an image that takes too long (a huge inlined table), only
+            // leaves the image stale: it is one atomic batch.
+            let _ = block_on(tokio::time::timeout(
+                IMAGE_AT_CLOSE_LIMIT,
+                crate::staged::take_image(
+                    &db.store,
+                    &db.shared,
+                    crate::catalog::image::MIN_IMAGE_ROWS,
+                ),
             ));
             let _ = block_on(db.store.close());
         }
