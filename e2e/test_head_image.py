@@ -27,13 +27,19 @@ def contents(con):
 COMMITS = 300
 
 
-def test_a_detached_lake_attaches_from_its_image_and_a_stale_image_is_ignored(tmp):
+def inserted(tmp):
+    """A connection to a new lake whose table t got COMMITS single-row INSERT commits."""
     harness.require_extension("moraine")
     con = harness.connect()
     attach(con, tmp)
     con.execute("CREATE TABLE lake.t (x BIGINT)")
     for i in range(COMMITS):
         con.execute("INSERT INTO lake.t VALUES (%d)" % i)
+    return con
+
+
+def test_a_detached_lake_attaches_from_its_image_and_a_stale_image_is_ignored(tmp):
+    con = inserted(tmp)
     before = contents(con)
     con.close()
 
@@ -67,12 +73,7 @@ def test_a_detached_lake_attaches_from_its_image_and_a_stale_image_is_ignored(tm
 
 
 def test_a_session_that_only_inserted_leaves_its_inlined_rows_in_the_image(tmp):
-    harness.require_extension("moraine")
-    con = harness.connect()
-    attach(con, tmp)
-    con.execute("CREATE TABLE lake.t (x BIGINT)")
-    for i in range(COMMITS):
-        con.execute("INSERT INTO lake.t VALUES (%d)" % i)
+    con = inserted(tmp)
     # The session never reads lake.t's rows: an INSERT does not.
     con.close()
 
