@@ -311,14 +311,13 @@ pub extern "C" fn moraine_close(db: *mut MoraineDb) {
             // few packed values instead of a record per row. A failure, or
             // an image that takes too long (a huge inlined table), only
             // leaves the image stale: it is one atomic batch.
-            let _ = block_on(tokio::time::timeout(
-                IMAGE_AT_CLOSE_LIMIT,
-                crate::staged::take_image(
-                    &db.store,
-                    &db.shared,
-                    crate::catalog::image::MIN_IMAGE_ROWS,
-                ),
-            ));
+            let image = crate::staged::take_image(
+                &db.store,
+                &db.shared,
+                crate::catalog::image::MIN_IMAGE_ROWS,
+            );
+            // The timer is made inside the runtime, which it needs.
+            let _ = block_on(async { tokio::time::timeout(IMAGE_AT_CLOSE_LIMIT, image).await });
             let _ = block_on(db.store.close());
         }
     }));
