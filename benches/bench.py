@@ -87,13 +87,16 @@ class Backend:
         self.extensions = extensions
         self.attach_for = attach_for  # tmp dir -> ATTACH statement
 
-    def connect(self, tmp, parquet_only=False):
-        con = harness.connect(load=self.extensions)
-        con.execute("SET threads=1")
+    def attach_sql(self, tmp, parquet_only=False):
         attach = self.attach_for(tmp)
         if parquet_only:
             attach = attach[:-1] + ", DATA_INLINING_ROW_LIMIT 0)"
-        con.execute(attach)
+        return attach
+
+    def connect(self, tmp, parquet_only=False):
+        con = harness.connect(load=self.extensions)
+        con.execute("SET threads=1")
+        con.execute(self.attach_sql(tmp, parquet_only))
         con.execute("USE lake")
         return con
 
@@ -153,9 +156,7 @@ def cold_attach_ms(backend, t, kind):
     for _ in range(ATTACH_SAMPLES):
         con = harness.connect(load=backend.extensions)
         con.execute("SET threads=1")
-        attach = backend.attach_for(t)
-        if kind == "parquet":
-            attach = attach[:-1] + ", DATA_INLINING_ROW_LIMIT 0)"
+        attach = backend.attach_sql(t, parquet_only=(kind == "parquet"))
         start = time.perf_counter()
         con.execute(attach)
         con.execute("USE lake")

@@ -344,10 +344,10 @@ async fn an_image_is_retaken_at_its_head_only_when_a_session_read_a_table_it_lac
         "the image of this head lacks a table the session read, and was not retaken"
     );
 
-    let fourth = session();
-    read_in(&fourth, &[Kind::Snapshot, Kind::Schema]).await;
+    let third = session();
+    read_in(&third, &[Kind::Snapshot, Kind::Schema]).await;
     assert!(
-        !take_image(&store, &fourth.shared, 0).await.unwrap(),
+        !take_image(&store, &third.shared, 0).await.unwrap(),
         "retaken although the image held every table read"
     );
 }

@@ -86,7 +86,6 @@ pub const CELL_BOOL: u8 = 2;
 pub const CELL_TEXT: u8 = 3;
 pub const CELL_BLOB: u8 = 4;
 
-/// Runs `body`, turning errors and panics into a status code and a message.
 /// How long a closing attach may spend taking the head image.
 const IMAGE_AT_CLOSE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -94,6 +93,8 @@ const IMAGE_AT_CLOSE_LIMIT: std::time::Duration = std::time::Duration::from_secs
 /// statement's time is the catalog's and how much is DuckDB's own.
 static CALL_MICROS: AtomicU64 = AtomicU64::new(0);
 
+/// Runs `body`, turning errors and panics into a status code and a message,
+/// and counts its time in [`CALL_MICROS`].
 fn guarded(err_out: *mut *mut c_char, body: impl FnOnce() -> Result<()>) -> i32 {
     let started = std::time::Instant::now();
     let result = catch_unwind(AssertUnwindSafe(body))
@@ -861,16 +862,17 @@ pub extern "C" fn moraine_db_stats(
         let commits = db.store.commits().snapshot();
         let requests = db.store.requests().snapshot();
         let turns = db.store.turn_counters().map(|c| c.snapshot());
-        // What reads cost in keys: a cold attach that reads the head image
-        // reads a few, one that reads the records reads one per row.
-        let keys = [
+        // What reads cost in keys (a cold attach that reads the head image
+        // reads a few, one that reads the records reads one per row), and
+        // the time the process spent in moraine's calls.
+        let costs = [
             ("keys_read", db.store.keys_read()),
             ("call_micros", CALL_MICROS.load(Ordering::Relaxed)),
         ];
         let cells = commits
             .into_iter()
             .chain(requests)
-            .chain(keys)
+            .chain(costs)
             .chain(turns.into_iter().flatten())
             .flat_map(|(name, value)| [name.to_string(), value.to_string()]);
         string_rows(rows_out, cells)

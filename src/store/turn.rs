@@ -467,9 +467,10 @@ impl WriterTurn {
         // or the next writer replays little. The flush runs while the
         // compactor still does, which drains L0 if it is over its limit.
         let flushed = self
-            .bounded("moving the memtable into an L0 SST", async {
-                super::upkeep::flush_to_l0(&held.writer.db).await
-            })
+            .bounded(
+                "moving the memtable into an L0 SST",
+                super::upkeep::flush_to_l0(&held.writer.db),
+            )
             .await;
         if flushed.is_ok() {
             super::upkeep::merge_at_close(
