@@ -1,5 +1,14 @@
 #include "moraine_scan.hpp"
 
+#include "duckdb/execution/expression_executor.hpp"
+#include "duckdb/planner/expression/bound_conjunction_expression.hpp"
+#include "duckdb/planner/expression/bound_reference_expression.hpp"
+#include "duckdb/planner/filter/conjunction_filter.hpp"
+#include "duckdb/planner/filter/constant_filter.hpp"
+#include "duckdb/planner/filter/dynamic_filter.hpp"
+#include "duckdb/planner/filter/in_filter.hpp"
+#include "duckdb/planner/filter/optional_filter.hpp"
+#include "duckdb/planner/table_filter.hpp"
 #include "moraine_schema_entry.hpp"
 #include "moraine_table_entry.hpp"
 #include "moraine_transaction.hpp"
@@ -13,36 +22,178 @@ struct MoraineScanState : public GlobalTableFunctionState {
 	MoraineScan *scan = nullptr;
 	idx_t offset = 0;
 	idx_t row_count = 0;
-	int64_t base = 0;
 	vector<column_t> column_ids;
+	//! The filters DuckDB pushed into the scan, keyed by output column.
+	optional_ptr<TableFilterSet> filters;
+	//! Those filters as one predicate over the output chunk, made at the first chunk; the executor refers to it.
+	unique_ptr<Expression> predicate;
+	unique_ptr<ExpressionExecutor> filter;
+	bool filter_made = false;
 
 	idx_t MaxThreads() const override {
 		return 1;
 	}
 };
 
+static bool AsBigint(const Value &value, int64_t &out) {
+	Value cast;
+	if (value.IsNull() || !value.type().IsIntegral() || !value.DefaultTryCastAs(LogicalType::BIGINT, cast, nullptr)) {
+		return false;
+	}
+	out = cast.GetValue<int64_t>();
+	return true;
+}
+
+//! Narrows [low, high] to the integers `filter` can keep. A filter this does not read leaves the bound as it is:
+//! the bound only has to hold every row the filter keeps, because the scan applies the filter itself.
+static void Narrow(const TableFilter &filter, int64_t &low, int64_t &high) {
+	switch (filter.filter_type) {
+	case TableFilterType::CONSTANT_COMPARISON: {
+		auto &constant = filter.Cast<ConstantFilter>();
+		int64_t value;
+		if (!AsBigint(constant.constant, value)) {
+			return;
+		}
+		switch (constant.comparison_type) {
+		case ExpressionType::COMPARE_EQUAL:
+			low = MaxValue(low, value);
+			high = MinValue(high, value);
+			break;
+		case ExpressionType::COMPARE_GREATERTHAN:
+			if (value == NumericLimits<int64_t>::Maximum()) {
+				low = value, high = value - 1; // nothing is greater
+			} else {
+				low = MaxValue(low, value + 1);
+			}
+			break;
+		case ExpressionType::COMPARE_GREATERTHANOREQUALTO:
+			low = MaxValue(low, value);
+			break;
+		case ExpressionType::COMPARE_LESSTHAN:
+			if (value == NumericLimits<int64_t>::Minimum()) {
+				low = value + 1, high = value; // nothing is less
+			} else {
+				high = MinValue(high, value - 1);
+			}
+			break;
+		case ExpressionType::COMPARE_LESSTHANOREQUALTO:
+			high = MinValue(high, value);
+			break;
+		default:
+			break;
+		}
+		return;
+	}
+	case TableFilterType::CONJUNCTION_AND:
+		for (auto &child : filter.Cast<ConjunctionAndFilter>().child_filters) {
+			Narrow(*child, low, high);
+		}
+		return;
+	case TableFilterType::OPTIONAL_FILTER: {
+		auto &optional = filter.Cast<OptionalFilter>();
+		if (optional.child_filter) {
+			Narrow(*optional.child_filter, low, high);
+		}
+		return;
+	}
+	case TableFilterType::DYNAMIC_FILTER: {
+		auto &data = filter.Cast<DynamicFilter>().filter_data;
+		if (data && data->initialized) {
+			lock_guard<mutex> guard(data->lock);
+			if (data->filter) {
+				Narrow(*data->filter, low, high);
+			}
+		}
+		return;
+	}
+	case TableFilterType::IN_FILTER: {
+		auto &values = filter.Cast<InFilter>().values;
+		if (values.empty()) {
+			return;
+		}
+		int64_t least = NumericLimits<int64_t>::Maximum(), greatest = NumericLimits<int64_t>::Minimum();
+		for (auto &value : values) {
+			int64_t v;
+			if (!AsBigint(value, v)) {
+				return;
+			}
+			least = MinValue(least, v);
+			greatest = MaxValue(greatest, v);
+		}
+		low = MaxValue(low, least);
+		high = MinValue(high, greatest);
+		return;
+	}
+	default:
+		return;
+	}
+}
+
+//! The pushed filters on BIGINT columns, as bounds the core may leave rows out by.
+static vector<MoraineScanBound> Bounds(const MoraineTableEntry &table, const vector<column_t> &column_ids,
+                                       optional_ptr<TableFilterSet> filters) {
+	vector<MoraineScanBound> bounds;
+	if (!filters) {
+		return bounds;
+	}
+	for (auto &entry : filters->filters) {
+		auto column = column_ids[entry.first];
+		if (IsVirtualColumn(column) || table.transfers[column] != MORAINE_TRANSFER_INT64) {
+			continue;
+		}
+		int64_t low = NumericLimits<int64_t>::Minimum(), high = NumericLimits<int64_t>::Maximum();
+		Narrow(*entry.second, low, high);
+		if (low != NumericLimits<int64_t>::Minimum() || high != NumericLimits<int64_t>::Maximum()) {
+			bounds.push_back(MoraineScanBound {column, low, high});
+		}
+	}
+	return bounds;
+}
+
+//! The pushed filters as one predicate over the output chunk. Optional filters are left out, as DuckDB's own scan
+//! leaves them: another operator of the plan applies what they imply.
+static unique_ptr<Expression> MakePredicate(const TableFilterSet &filters, const DataChunk &output) {
+	vector<unique_ptr<Expression>> predicates;
+	for (auto &entry : filters.filters) {
+		if (entry.second->filter_type == TableFilterType::OPTIONAL_FILTER) {
+			continue;
+		}
+		BoundReferenceExpression column(output.data[entry.first].GetType(), entry.first);
+		predicates.push_back(entry.second->ToExpression(column));
+	}
+	if (predicates.empty()) {
+		return nullptr;
+	}
+	unique_ptr<Expression> predicate = std::move(predicates[0]);
+	for (idx_t i = 1; i < predicates.size(); i++) {
+		predicate = make_uniq<BoundConjunctionExpression>(ExpressionType::CONJUNCTION_AND, std::move(predicate),
+		                                                  std::move(predicates[i]));
+	}
+	return predicate;
+}
+
 static unique_ptr<GlobalTableFunctionState> MoraineScanInit(ClientContext &context, TableFunctionInitInput &input) {
 	auto &bind = input.bind_data->Cast<MoraineScanBindData>();
 	auto state = make_uniq<MoraineScanState>();
 	auto &txn = MoraineTransaction::Get(context, bind.table.catalog);
-	state->scan = txn.Scan(bind.table.schema.Cast<MoraineSchemaEntry>(), bind.table.name);
-	state->row_count = moraine_scan_row_count(state->scan);
-	state->base = moraine_scan_base(state->scan);
 	state->column_ids = input.column_ids;
+	state->filters = input.filters;
+	auto bounds = Bounds(bind.table, state->column_ids, input.filters);
+	state->scan = txn.Scan(bind.table.schema.Cast<MoraineSchemaEntry>(), bind.table.name, bounds);
+	state->row_count = moraine_scan_row_count(state->scan);
 	return std::move(state);
 }
 
-static void MoraineScanExecute(ClientContext &context, TableFunctionInput &input, DataChunk &output) {
-	auto &bind = input.bind_data->Cast<MoraineScanBindData>();
-	auto &state = input.global_state->Cast<MoraineScanState>();
+static void FillChunk(const MoraineScanBindData &bind, MoraineScanState &state, DataChunk &output) {
 	auto count = MinValue<idx_t>(STANDARD_VECTOR_SIZE, state.row_count - state.offset);
 	for (idx_t i = 0; i < state.column_ids.size(); i++) {
 		auto column = state.column_ids[i];
 		auto &out = output.data[i];
 		if (column == COLUMN_IDENTIFIER_ROW_ID) {
-			auto data = FlatVector::GetData<int64_t>(out);
-			for (idx_t r = 0; r < count; r++) {
-				data[r] = state.base + int64_t(state.offset + r);
+			auto written = moraine_scan_rowids(state.scan, state.offset, count, FlatVector::GetData<int64_t>(out));
+			if (written != count) {
+				throw IOException("moraine: a scan returned %llu of %llu rowids", (unsigned long long)written,
+				                  (unsigned long long)count);
 			}
 		} else if (IsVirtualColumn(column)) {
 			out.SetVectorType(VectorType::CONSTANT_VECTOR);
@@ -55,6 +206,36 @@ static void MoraineScanExecute(ClientContext &context, TableFunctionInput &input
 	output.SetCardinality(count);
 }
 
+static void MoraineScanExecute(ClientContext &context, TableFunctionInput &input, DataChunk &output) {
+	auto &bind = input.bind_data->Cast<MoraineScanBindData>();
+	auto &state = input.global_state->Cast<MoraineScanState>();
+	// An empty chunk ends the scan, so a chunk the filters empty is followed by the next.
+	while (state.offset < state.row_count) {
+		output.Reset();
+		FillChunk(bind, state, output);
+		if (!state.filter_made) {
+			state.predicate = state.filters ? MakePredicate(*state.filters, output) : nullptr;
+			if (state.predicate) {
+				state.filter = make_uniq<ExpressionExecutor>(context, *state.predicate);
+			}
+			state.filter_made = true;
+		}
+		if (!state.filter) {
+			return;
+		}
+		SelectionVector kept(STANDARD_VECTOR_SIZE);
+		auto kept_count = state.filter->SelectExpression(output, kept);
+		if (kept_count == output.size()) {
+			return;
+		}
+		if (kept_count > 0) {
+			output.Slice(kept, kept_count);
+			return;
+		}
+	}
+	output.SetCardinality(0);
+}
+
 //! Names the table behind a scan, which DuckDB needs to bind UPDATE and DELETE.
 static BindInfo MoraineScanBindInfo(const optional_ptr<FunctionData> bind_data) {
 	return BindInfo(bind_data->Cast<MoraineScanBindData>().table);
@@ -63,6 +244,10 @@ static BindInfo MoraineScanBindInfo(const optional_ptr<FunctionData> bind_data) 
 TableFunction MoraineScanFunction() {
 	TableFunction function("moraine_scan", {}, MoraineScanExecute, nullptr, MoraineScanInit);
 	function.projection_pushdown = true;
+	// DuckDB hands the scan its filters, including the values a hash join's build side pushes into its probe side
+	// (DuckLake's `snapshot_id = (SELECT MAX(snapshot_id) ...)`); the scan applies them and lets the core leave
+	// out what they cannot keep.
+	function.filter_pushdown = true;
 	function.get_bind_info = MoraineScanBindInfo;
 	return function;
 }

@@ -128,10 +128,12 @@ void MoraineTransaction::DropTable(MoraineSchemaEntry &schema, const string &nam
 	}
 }
 
-MoraineScan *MoraineTransaction::Scan(MoraineSchemaEntry &schema, const string &name) {
+MoraineScan *MoraineTransaction::Scan(MoraineSchemaEntry &schema, const string &name,
+                                      const vector<MoraineScanBound> &bounds) {
 	auto txn = TxnFor(schema);
 	MoraineScan *scan = nullptr;
-	MoraineCall([&](char **err) { return moraine_txn_scan(txn, name.c_str(), &scan, err); });
+	MoraineCall(
+	    [&](char **err) { return moraine_txn_scan(txn, name.c_str(), bounds.data(), bounds.size(), &scan, err); });
 	return scan;
 }
 

@@ -23,8 +23,8 @@ public:
 	void CreateTable(MoraineSchemaEntry &schema, const string &name, const vector<string> &names,
 	                 const vector<string> &types, bool if_not_exists);
 	void DropTable(MoraineSchemaEntry &schema, const string &name, bool if_exists);
-	//! Materializes a table for one scan; the caller frees the result.
-	MoraineScan *Scan(MoraineSchemaEntry &schema, const string &name);
+	//! Materializes a table for one scan, which may leave out rows outside `bounds`; the caller frees the result.
+	MoraineScan *Scan(MoraineSchemaEntry &schema, const string &name, const vector<MoraineScanBound> &bounds);
 	void Insert(MoraineSchemaEntry &schema, const string &name, idx_t rows, idx_t columns, const MoraineCell *cells);
 	void Delete(MoraineSchemaEntry &schema, const string &name, const vector<int64_t> &rowids);
 	void Update(MoraineSchemaEntry &schema, const string &name, const vector<int64_t> &rowids,

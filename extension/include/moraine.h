@@ -90,10 +90,21 @@ int32_t moraine_txn_create_table(MoraineTxn *txn, const char *name, size_t colum
                                  char **err);
 int32_t moraine_txn_drop_table(MoraineTxn *txn, const char *name, bool if_exists, char **err);
 
-int32_t moraine_txn_scan(MoraineTxn *txn, const char *name, MoraineScan **scan_out, char **err);
-int64_t moraine_scan_base(MoraineScan *scan);
+// A filter DuckDB pushed into a scan, as a bound (src/staged/pushdown.rs): rows whose cell in `column` is not an
+// integer in [low, high] may be left out. The shim still applies DuckDB's filters to the rows it emits.
+typedef struct MoraineScanBound {
+	size_t column;
+	int64_t low;
+	int64_t high;
+} MoraineScanBound;
+
+int32_t moraine_txn_scan(MoraineTxn *txn, const char *name, const MoraineScanBound *bounds, size_t bound_count,
+                         MoraineScan **scan_out, char **err);
+// The rows the scan emits.
 size_t moraine_scan_row_count(MoraineScan *scan);
-// Fills rows [offset, offset + count) of one column: valid[i] is 1, or 0 for NULL; integers, booleans (0/1)
+// Writes the rowids of emitted rows [offset, offset + count); returns how many it wrote.
+size_t moraine_scan_rowids(MoraineScan *scan, size_t offset, size_t count, int64_t *rowids);
+// Fills emitted rows [offset, offset + count) of one column: valid[i] is 1, or 0 for NULL; integers, booleans (0/1)
 // and timestamps go to ints[i], text and bytes to ptrs[i]/lens[i] (valid until the scan is freed). Buffers a
 // column never uses may be null. Returns the rows filled.
 size_t moraine_scan_fill(MoraineScan *scan, size_t column, size_t offset, size_t count, uint8_t *valid, int64_t *ints,

@@ -8,7 +8,8 @@
 use super::bridge::block_on;
 use crate::catalog::{self, Cell, Row, TableRef};
 use crate::error::{panic_text, Error, Result};
-use crate::staged::{AttachShared, StagedTransaction, TableInfo};
+use crate::staged::pushdown::IntBound;
+use crate::staged::{AttachShared, Scan, StagedTransaction, TableInfo};
 use crate::store::{Store, StoreSettings, StoreUri};
 use std::collections::HashMap;
 use std::ffi::{c_char, CStr, CString};
@@ -66,8 +67,16 @@ pub struct MoraineStrings {
 }
 
 pub struct MoraineScan {
-    base: i64,
-    rows: Arc<Vec<Row>>,
+    scan: Scan,
+}
+
+/// A bound a scan may leave rows out by (`staged::pushdown`): the cell in
+/// `column` must be an integer in `low..=high`.
+#[repr(C)]
+pub struct MoraineScanBound {
+    pub column: usize,
+    pub low: i64,
+    pub high: i64,
 }
 
 /// One cell crossing the ABI. `kind`: 0 NULL, 1 integer, 2 boolean
@@ -92,6 +101,11 @@ const IMAGE_AT_CLOSE_LIMIT: std::time::Duration = std::time::Duration::from_secs
 /// Wall time spent inside moraine's calls by this process: how much of a
 /// statement's time is the catalog's and how much is DuckDB's own.
 static CALL_MICROS: AtomicU64 = AtomicU64::new(0);
+
+/// Rows the scans of this process held, and the rows they emitted: what the
+/// filters DuckDB pushed into the scans saved it ([`IntBound`]).
+static SCAN_ROWS: AtomicU64 = AtomicU64::new(0);
+static SCAN_ROWS_EMITTED: AtomicU64 = AtomicU64::new(0);
 
 /// Runs `body`, turning errors and panics into a status code and a message,
 /// and counts its time in [`CALL_MICROS`].
@@ -531,29 +545,70 @@ pub extern "C" fn moraine_txn_drop_table(
     })
 }
 
-/// Materializes a table for one scan; rowids are `base + row index`.
+/// Materializes a table for one scan. `bounds` (may be null when
+/// `bound_count` is 0) are filters DuckDB pushed into the scan, which the
+/// shim still applies itself: the scan may leave out rows outside them.
 #[no_mangle]
 pub extern "C" fn moraine_txn_scan(
     txn: *mut MoraineTxn,
     name: *const c_char,
+    bounds: *const MoraineScanBound,
+    bound_count: usize,
     scan_out: *mut *mut MoraineScan,
     err: *mut *mut c_char,
 ) -> i32 {
     guarded(err, || {
         let table = table_ref(text(name, "table name")?)?;
-        let (base, rows) = on_staged(txn, async |s| s.scan(table).await)?;
-        out(scan_out, MoraineScan { base, rows })
+        let bounds: Vec<IntBound> = match bound_count {
+            0 => Vec::new(),
+            _ if bounds.is_null() => return Err(Error::Internal("null scan bounds".into())),
+            // SAFETY: the shim passes `bound_count` bounds.
+            _ => unsafe { std::slice::from_raw_parts(bounds, bound_count) }
+                .iter()
+                .map(|b| IntBound {
+                    column: b.column,
+                    low: b.low,
+                    high: b.high,
+                })
+                .collect(),
+        };
+        let scan = on_staged(txn, async |s| s.scan_within(table, &bounds).await)?;
+        SCAN_ROWS.fetch_add(scan.rows.len() as u64, Ordering::Relaxed);
+        SCAN_ROWS_EMITTED.fetch_add(scan.len() as u64, Ordering::Relaxed);
+        out(scan_out, MoraineScan { scan })
     })
 }
 
 #[no_mangle]
-pub extern "C" fn moraine_scan_base(scan: *mut MoraineScan) -> i64 {
-    handle(scan, "scan").map(|s| s.base).unwrap_or(0)
+pub extern "C" fn moraine_scan_row_count(scan: *mut MoraineScan) -> usize {
+    handle(scan, "scan").map(|s| s.scan.len()).unwrap_or(0)
 }
 
+/// Writes the rowids of emitted rows `[offset, offset + count)`; returns how
+/// many it wrote.
 #[no_mangle]
-pub extern "C" fn moraine_scan_row_count(scan: *mut MoraineScan) -> usize {
-    handle(scan, "scan").map(|s| s.rows.len()).unwrap_or(0)
+pub extern "C" fn moraine_scan_rowids(
+    scan: *mut MoraineScan,
+    offset: usize,
+    count: usize,
+    rowids: *mut i64,
+) -> usize {
+    let written = catch_unwind(AssertUnwindSafe(|| {
+        let Ok(scan) = handle(scan, "scan") else {
+            return 0;
+        };
+        if rowids.is_null() {
+            return 0;
+        }
+        let count = count.min(scan.scan.len().saturating_sub(offset));
+        // SAFETY: the shim passes a buffer of at least `count` elements.
+        let rowids = unsafe { std::slice::from_raw_parts_mut(rowids, count) };
+        for (n, slot) in rowids.iter_mut().enumerate() {
+            *slot = scan.scan.emitted(offset + n).map_or(0, |(_, rowid)| rowid);
+        }
+        count
+    }));
+    written.unwrap_or(0)
 }
 
 /// Fills rows `[offset, offset + count)` of one column in one call, so a
@@ -577,21 +632,22 @@ pub extern "C" fn moraine_scan_fill(
         let Ok(scan) = handle(scan, "scan") else {
             return 0;
         };
-        let rows = scan.rows.get(offset..).unwrap_or(&[]);
-        let rows = &rows[..count.min(rows.len())];
+        let scan = &scan.scan;
+        let count = count.min(scan.len().saturating_sub(offset));
+        let rows = (offset..offset + count).filter_map(|n| scan.emitted(n).map(|(row, _)| row));
         if valid.is_null() {
             return 0;
         }
         // SAFETY: the shim passes buffers of at least `count` elements, or
         // null for kinds of cell the column does not hold.
-        let valid = unsafe { std::slice::from_raw_parts_mut(valid, rows.len()) };
+        let valid = unsafe { std::slice::from_raw_parts_mut(valid, count) };
         let mut ints =
-            (!ints.is_null()).then(|| unsafe { std::slice::from_raw_parts_mut(ints, rows.len()) });
+            (!ints.is_null()).then(|| unsafe { std::slice::from_raw_parts_mut(ints, count) });
         let mut ptrs =
-            (!ptrs.is_null()).then(|| unsafe { std::slice::from_raw_parts_mut(ptrs, rows.len()) });
+            (!ptrs.is_null()).then(|| unsafe { std::slice::from_raw_parts_mut(ptrs, count) });
         let mut lens =
-            (!lens.is_null()).then(|| unsafe { std::slice::from_raw_parts_mut(lens, rows.len()) });
-        for (i, row) in rows.iter().enumerate() {
+            (!lens.is_null()).then(|| unsafe { std::slice::from_raw_parts_mut(lens, count) });
+        for (i, row) in rows.enumerate() {
             let (int, bytes): (Option<i64>, Option<&[u8]>) = match row.get(column) {
                 None | Some(Cell::Null) => (None, None),
                 Some(Cell::Int(v)) => (Some(*v), None),
@@ -613,7 +669,7 @@ pub extern "C" fn moraine_scan_fill(
             }
             valid[i] = u8::from(is_valid);
         }
-        rows.len()
+        count
     }));
     filled.unwrap_or(0)
 }
@@ -868,6 +924,11 @@ pub extern "C" fn moraine_db_stats(
         let costs = [
             ("keys_read", db.store.keys_read()),
             ("call_micros", CALL_MICROS.load(Ordering::Relaxed)),
+            ("scan_rows", SCAN_ROWS.load(Ordering::Relaxed)),
+            (
+                "scan_rows_emitted",
+                SCAN_ROWS_EMITTED.load(Ordering::Relaxed),
+            ),
         ];
         let cells = commits
             .into_iter()

@@ -12,6 +12,7 @@
 
 pub mod claims;
 pub mod overlay;
+pub mod pushdown;
 pub mod shared;
 pub mod translate;
 
@@ -66,6 +67,41 @@ impl StagedOp {
 struct Run {
     base: i64,
     rows: Arc<Vec<Row>>,
+}
+
+/// What one scan hands DuckDB: the rows of its run, and which of them it
+/// emits. Row `i` of the run has rowid `base + i` whether or not it is
+/// emitted, so a rowid names the same row with or without pushdown.
+pub struct Scan {
+    pub base: i64,
+    pub rows: Arc<Vec<Row>>,
+    /// The indices of the emitted rows, ascending; `None` emits every row.
+    pub selected: Option<Vec<u32>>,
+}
+
+impl Scan {
+    /// How many rows the scan emits.
+    pub fn len(&self) -> usize {
+        self.selected.as_ref().map_or(self.rows.len(), Vec::len)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The run index of the `n`th emitted row.
+    fn index(&self, n: usize) -> Option<usize> {
+        match &self.selected {
+            Some(selected) => selected.get(n).map(|&i| i as usize),
+            None => (n < self.rows.len()).then_some(n),
+        }
+    }
+
+    /// The `n`th emitted row and its rowid.
+    pub fn emitted(&self, n: usize) -> Option<(&Row, i64)> {
+        let i = self.index(n)?;
+        Some((&self.rows[i], self.base + i as i64))
+    }
 }
 
 /// The committed state one transaction reads: pinned at its first access.
@@ -409,6 +445,17 @@ impl StagedTransaction {
     /// Materializes a table for one scan and registers the run; returns the
     /// first rowid and the rows.
     pub async fn scan(&mut self, table: TableRef) -> Result<(i64, Arc<Vec<Row>>)> {
+        let scan = self.scan_within(table, &[]).await?;
+        Ok((scan.base, scan.rows))
+    }
+
+    /// A scan that may leave out the rows outside `bounds`
+    /// ([`pushdown`]); the run still holds every visible row.
+    pub async fn scan_within(
+        &mut self,
+        table: TableRef,
+        bounds: &[pushdown::IntBound],
+    ) -> Result<Scan> {
         let rows = self.visible_rows(table).await?;
         let base = self.next_rowid;
         self.next_rowid += rows.len() as i64;
@@ -416,7 +463,12 @@ impl StagedTransaction {
             base,
             rows: rows.clone(),
         });
-        Ok((base, rows))
+        let selected = pushdown::select(&rows, bounds);
+        Ok(Scan {
+            base,
+            rows,
+            selected,
+        })
     }
 
     fn resolve(&self, rowid: i64) -> Result<Row> {

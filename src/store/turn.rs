@@ -157,6 +157,9 @@ pub struct WriterTurn {
     root: Path,
     uri: String,
     policy: TurnPolicy,
+    /// Whether garbage collection writes boundary files (they need If-Match,
+    /// which the local filesystem lacks).
+    gc_boundary_files: bool,
     me: Holder,
     open_writer: OpenWriter,
     /// Between an asker's looks at the lease: quick on a local or in-memory
@@ -214,6 +217,7 @@ impl WriterTurn {
         uri: String,
         policy: TurnPolicy,
         fast_store: bool,
+        gc_boundary_files: bool,
         open_writer: OpenWriter,
     ) -> Arc<WriterTurn> {
         Arc::new(WriterTurn {
@@ -221,6 +225,7 @@ impl WriterTurn {
             root,
             uri,
             policy,
+            gc_boundary_files,
             me: Holder::new_instance(),
             open_writer,
             poll: if fast_store {
@@ -486,7 +491,12 @@ impl WriterTurn {
             .await
             .and(flushed);
         if closed.is_ok() {
-            super::upkeep::collect_logs_at_close(&self.root, &self.object_store).await;
+            super::upkeep::collect_history_at_close(
+                &self.root,
+                &self.object_store,
+                self.gc_boundary_files,
+            )
+            .await;
         }
         lease::release(&self.object_store, &self.root, &self.me).await;
         closed

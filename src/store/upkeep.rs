@@ -356,27 +356,37 @@ pub async fn merge_at_close(
 /// obsolete; what is left goes with the next collection.
 const CLOSE_COLLECTION_DEADLINE: Duration = Duration::from_secs(2);
 
-/// Deletes the WAL objects the manifest no longer needs, at once rather
-/// than after garbage collection's minimum age. A closing writer has just
-/// flushed everything into an L0, so without this the next attach lists
-/// every WAL object of the session (5,000 after 5,000 commits) before it
-/// opens. Readers are safe: collection keeps every WAL a checkpoint names.
-pub async fn collect_logs_at_close(root: &Path, object_store: &Arc<dyn ObjectStore>) {
-    let now = GarbageCollectorDirectoryOptions {
-        interval: None,
-        min_age: Duration::ZERO,
-        dry_run: false,
+/// Deletes the WAL objects, manifests and compaction records a closed writer
+/// leaves behind, at once rather than after garbage collection's minimum age.
+/// Without this the next attach lists every WAL object of the session (5,000
+/// after 5,000 commits), and every manifest and compaction record (one per
+/// flush and per compaction: over a hundred after 5,000 commits, listed
+/// several times by every open). Readers are safe: collection keeps the
+/// latest of each, and every WAL and manifest a checkpoint names; the
+/// closing writer still holds the lease, so no other writer's compactor runs.
+pub async fn collect_history_at_close(
+    root: &Path,
+    object_store: &Arc<dyn ObjectStore>,
+    boundary_files: bool,
+) {
+    let now = || {
+        Some(GarbageCollectorDirectoryOptions {
+            interval: None,
+            min_age: Duration::ZERO,
+            dry_run: false,
+        })
     };
     let options = GarbageCollectorOptions {
-        wal_options: Some(now),
-        manifest_options: None,
+        wal_options: now(),
+        manifest_options: now(),
         wal_fence_options: None,
         compacted_options: None,
-        compactions_options: None,
+        compactions_options: now(),
+        boundary_files_enabled: boundary_files,
         ..GarbageCollectorOptions::default()
     };
     let admin = admin(root, object_store);
-    // A failed or unfinished collection only leaves logs for the next one.
+    // A failed or unfinished collection only leaves objects for the next one.
     let _ = tokio::time::timeout(CLOSE_COLLECTION_DEADLINE, admin.run_gc_once(options)).await;
 }
 

@@ -1,0 +1,120 @@
+//! Filters DuckDB pushes into a scan, as bounds that let a scan leave rows
+//! out.
+//!
+//! DuckLake's busiest query, `WHERE snapshot_id = (SELECT MAX(snapshot_id)
+//! …)`, is a hash join; once the aggregate side is built DuckDB pushes its
+//! value into the other side's scan as a dynamic filter. A bound here is
+//! only ever a superset of what the filter keeps: the shim still applies
+//! DuckDB's own filters to every row it emits, so a bound decides what a
+//! scan need not hand over, never what a query sees.
+
+use crate::catalog::{Cell, Row};
+
+/// Rows whose cell in `column` is not an integer in `low..=high` may be left
+/// out of the scan. NULL is outside every bound: the comparisons, IN lists
+/// and join keys a bound comes from never keep a NULL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntBound {
+    pub column: usize,
+    pub low: i64,
+    pub high: i64,
+}
+
+impl IntBound {
+    fn admits(&self, row: &Row) -> bool {
+        matches!(row.get(self.column), Some(Cell::Int(v)) if (self.low..=self.high).contains(v))
+    }
+}
+
+/// The indices of the rows every bound admits, in order; `None` when the
+/// bounds admit every row (no selection to carry).
+pub fn select(rows: &[Row], bounds: &[IntBound]) -> Option<Vec<u32>> {
+    if bounds.is_empty() {
+        return None;
+    }
+    let selected: Vec<u32> = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, row)| bounds.iter().all(|b| b.admits(row)))
+        .map(|(i, _)| i as u32)
+        .collect();
+    (selected.len() < rows.len()).then_some(selected)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows() -> Vec<Row> {
+        (0..6)
+            .map(|i| {
+                vec![
+                    Cell::Int(i),
+                    if i % 2 == 0 {
+                        Cell::Null
+                    } else {
+                        Cell::Int(i * 10)
+                    },
+                ]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_bound_keeps_the_rows_inside_it_in_order() {
+        let bound = IntBound {
+            column: 0,
+            low: 2,
+            high: 4,
+        };
+        assert_eq!(select(&rows(), &[bound]), Some(vec![2, 3, 4]));
+    }
+
+    #[test]
+    fn null_cells_are_outside_every_bound() {
+        let bound = IntBound {
+            column: 1,
+            low: i64::MIN,
+            high: i64::MAX,
+        };
+        assert_eq!(select(&rows(), &[bound]), Some(vec![1, 3, 5]));
+    }
+
+    #[test]
+    fn several_bounds_all_apply() {
+        let bounds = [
+            IntBound {
+                column: 0,
+                low: 0,
+                high: 3,
+            },
+            IntBound {
+                column: 1,
+                low: 0,
+                high: 100,
+            },
+        ];
+        assert_eq!(select(&rows(), &bounds), Some(vec![1, 3]));
+    }
+
+    #[test]
+    fn no_bound_or_a_bound_that_admits_everything_selects_nothing_out() {
+        assert_eq!(select(&rows(), &[]), None);
+        let everything = IntBound {
+            column: 0,
+            low: 0,
+            high: 5,
+        };
+        assert_eq!(select(&rows(), &[everything]), None);
+    }
+
+    #[test]
+    fn a_bound_on_a_column_a_row_lacks_leaves_the_row_out() {
+        let bound = IntBound {
+            column: 9,
+            low: 0,
+            high: 0,
+        };
+        assert_eq!(select(&rows(), &[bound]), Some(vec![]));
+    }
+}
