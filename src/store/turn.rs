@@ -43,6 +43,10 @@ use std::time::{Duration, Instant};
 const ASK_REFRESH: Duration = Duration::from_millis(200);
 const ASK_LIFETIME_SECONDS: i64 = 3 * TURN_SECONDS as i64;
 
+/// How many WAL objects a closing writer leaves for the next open to read
+/// before it moves the replay point past them (see `close`).
+const WAL_OBJECTS_LEFT_TO_REPLAY: u64 = 8;
+
 /// How long a holder waits between looks at the ask object, by store: a
 /// read costs microseconds on a local store and money on S3. Recently
 /// active holders look often, so that a waiting writer gets the turn soon
@@ -471,11 +475,22 @@ impl WriterTurn {
         // A detach leaves the store in SSTs, not only in the WAL, so a reader
         // or the next writer replays little. The flush runs while the
         // compactor still does, which drains L0 if it is over its limit.
+        //
+        // A session that wrote nothing has no memtable to flush, so the WAL
+        // fence its open wrote stays after the manifest's replay point, with
+        // those of every such session before it, and every open reads them
+        // all. Past a few, the close writes the upkeep marker, and the flush
+        // moves the replay point past them.
+        let db = &held.writer.db;
+        let flush = async {
+            if super::upkeep::wal_objects_to_replay(db) > WAL_OBJECTS_LEFT_TO_REPLAY {
+                super::upkeep::nudge(db).await
+            } else {
+                super::upkeep::flush_to_l0(db).await
+            }
+        };
         let flushed = self
-            .bounded(
-                "moving the memtable into an L0 SST",
-                super::upkeep::flush_to_l0(&held.writer.db),
-            )
+            .bounded("moving the memtable into an L0 SST", flush)
             .await;
         if flushed.is_ok() {
             super::upkeep::merge_at_close(

@@ -204,6 +204,15 @@ pub async fn flush_to_l0(db: &Db) -> Result<()> {
     .map_err(|e| slate("flushing the memtable", e))
 }
 
+/// The WAL objects after the manifest's replay point: what the next open of
+/// the store reads before it serves anything.
+pub fn wal_objects_to_replay(db: &Db) -> u64 {
+    let manifest = db.manifest();
+    manifest
+        .next_wal_sst_id()
+        .saturating_sub(manifest.replay_after_wal_id() + 1)
+}
+
 /// Writes the upkeep marker (`sys/reclaim`) and flushes it into a fresh L0.
 /// A fresh L0 does two things: merging it records the newest oldest-live-read
 /// in the manifest, so a compaction can drop versions kept for reads that
