@@ -152,7 +152,7 @@ async fn compact_and_collect(
         wal_fence_options: None,
         compacted_options: Some(now),
         compactions_options: Some(now),
-        boundary_files_enabled: !store.uri().is_local(),
+        boundary_files_enabled: store.uri().gc_boundary_files(),
         ..GarbageCollectorOptions::default()
     };
     let mut last = physical_usage(store).await?.bytes();

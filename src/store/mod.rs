@@ -152,7 +152,7 @@ impl Store {
                 uri.to_string(),
                 policy,
                 !matches!(uri, StoreUri::S3 { .. }),
-                !uri.is_local(),
+                uri.gc_boundary_files(),
                 open_writer,
             );
             // Take the turn now: an exclusive writer keeps it from here on,

@@ -228,9 +228,7 @@ impl StoreSettings {
                 wal_fence_options: None,
                 compacted_options: Some(dir),
                 compactions_options: Some(dir),
-                // The local filesystem has no If-Match; boundary files would
-                // stop manifest and compaction-log collection there.
-                boundary_files_enabled: !uri.is_local(),
+                boundary_files_enabled: uri.gc_boundary_files(),
                 ..GarbageCollectorOptions::default()
             }),
             ..Settings::default()

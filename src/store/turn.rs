@@ -161,8 +161,8 @@ pub struct WriterTurn {
     root: Path,
     uri: String,
     policy: TurnPolicy,
-    /// Whether garbage collection writes boundary files (they need If-Match,
-    /// which the local filesystem lacks).
+    /// Whether garbage collection writes boundary files
+    /// (`StoreUri::gc_boundary_files`).
     gc_boundary_files: bool,
     me: Holder,
     open_writer: OpenWriter,

@@ -159,6 +159,13 @@ impl StoreUri {
     pub fn is_local(&self) -> bool {
         matches!(self, StoreUri::Local(_))
     }
+
+    /// Whether SlateDB's garbage collection may write boundary files here:
+    /// they need If-Match, which the local filesystem lacks, and there they
+    /// would stop manifest and compaction-record collection.
+    pub fn gc_boundary_files(&self) -> bool {
+        !self.is_local()
+    }
 }
 
 /// An S3 client: the `AWS_*` environment first, then whatever DuckDB's
