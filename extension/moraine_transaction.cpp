@@ -137,6 +137,13 @@ MoraineScan *MoraineTransaction::Scan(MoraineSchemaEntry &schema, const string &
 	return scan;
 }
 
+idx_t MoraineTransaction::RowCount(MoraineSchemaEntry &schema, const string &name) {
+	auto txn = TxnFor(schema);
+	uint64_t count = 0;
+	MoraineCall([&](char **err) { return moraine_txn_row_count(txn, name.c_str(), &count, err); });
+	return count;
+}
+
 void MoraineTransaction::Insert(MoraineSchemaEntry &schema, const string &name, idx_t rows, idx_t columns,
                                 const MoraineCell *cells) {
 	auto txn = TxnFor(schema);

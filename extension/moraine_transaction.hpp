@@ -25,6 +25,8 @@ public:
 	void DropTable(MoraineSchemaEntry &schema, const string &name, bool if_exists);
 	//! Materializes a table for one scan, which may leave out rows outside `bounds`; the caller frees the result.
 	MoraineScan *Scan(MoraineSchemaEntry &schema, const string &name, const vector<MoraineScanBound> &bounds);
+	//! How many rows a scan of the table would see now, before filters.
+	idx_t RowCount(MoraineSchemaEntry &schema, const string &name);
 	void Insert(MoraineSchemaEntry &schema, const string &name, idx_t rows, idx_t columns, const MoraineCell *cells);
 	void Delete(MoraineSchemaEntry &schema, const string &name, const vector<int64_t> &rowids);
 	void Update(MoraineSchemaEntry &schema, const string &name, const vector<int64_t> &rowids,

@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use moraine::catalog::{Kind, Row, TableRef};
+use moraine::catalog::{Kind, Row, Rows, TableRef};
 use moraine::staged::{committed_records, take_image, AttachShared, StagedTransaction};
 use moraine::store::Store;
 use std::sync::Arc;
@@ -87,7 +87,7 @@ impl Attach {
         );
     }
 
-    async fn scan(&self, tx: &mut StagedTransaction, kind: Kind) -> (i64, Arc<Vec<Row>>) {
+    async fn scan(&self, tx: &mut StagedTransaction, kind: Kind) -> (i64, Arc<Rows>) {
         tx.scan(fixed(kind)).await.unwrap()
     }
 }

@@ -100,6 +100,8 @@ typedef struct MoraineScanBound {
 
 int32_t moraine_txn_scan(MoraineTxn *txn, const char *name, const MoraineScanBound *bounds, size_t bound_count,
                          MoraineScan **scan_out, char **err);
+// How many rows a scan of `name` would see now (before any filter), for DuckDB's planner.
+int32_t moraine_txn_row_count(MoraineTxn *txn, const char *name, uint64_t *count_out, char **err);
 // The rows the scan emits.
 size_t moraine_scan_row_count(MoraineScan *scan);
 // Writes the rowids of emitted rows [offset, offset + count); returns how many it wrote.

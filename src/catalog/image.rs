@@ -14,10 +14,11 @@
 //! write deletes the parts of every earlier image; between detaches the
 //! image simply goes stale ([design 0012](../../docs/design/0012-head-image.md)).
 
-use super::{Head, Row, TableRef};
+use super::rows::PackedBuilder;
+use super::{Head, Rows, TableRef};
 use crate::error::{Error, Result};
 use crate::store::keys::{self, Subspace};
-use crate::store::value::{frame, put_cell, put_row, put_varint, unframe, Reader};
+use crate::store::value::{frame, put_cell, put_varint, unframe, Reader};
 use crate::store::{KeyValues, ReadView, Store};
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -26,7 +27,7 @@ use std::collections::HashMap;
 pub type Entry = (Vec<u8>, Vec<u8>);
 
 /// One table's committed rows, as an attach keeps them.
-pub type TableRows = (TableRef, std::sync::Arc<Vec<Row>>);
+pub type TableRows = (TableRef, std::sync::Arc<Rows>);
 
 /// What taking an image writes and deletes.
 #[derive(Debug, Default)]
@@ -149,13 +150,13 @@ fn read_header(value: &[u8]) -> Result<PartHeader<'_>> {
 }
 
 /// The parts of `table`'s image at `head`: `(key, value)` pairs.
-pub fn encode(table: TableRef, head: Head, rows: &[Row]) -> Vec<Entry> {
+pub fn encode(table: TableRef, head: Head, rows: &Rows) -> Vec<Entry> {
     let mut chunks: Vec<Vec<u8>> = Vec::new();
     let mut counts: Vec<usize> = Vec::new();
     let mut current = Vec::new();
     let mut in_current = 0;
-    for row in rows {
-        put_row(&mut current, row);
+    for row in 0..rows.len() {
+        rows.put_row(row, &mut current);
         in_current += 1;
         if current.len() >= PART_BYTES {
             chunks.push(std::mem::take(&mut current));
@@ -221,10 +222,10 @@ impl Images {
         self.parts.contains_key(&table.name())
     }
 
-    /// `table`'s rows, when its image is whole, taken at `head`, and every
-    /// row has `width` cells; `None` otherwise. An image that fails to
-    /// decode is not an error: the records are the truth.
-    pub fn rows(&self, table: TableRef, head: Head, width: usize) -> Option<Vec<Row>> {
+    /// `table`'s rows, packed, when its image is whole, taken at `head`,
+    /// and every row has `width` cells; `None` otherwise. An image that
+    /// fails to decode is not an error: the records are the truth.
+    pub fn rows(&self, table: TableRef, head: Head, width: usize) -> Option<Rows> {
         let parts = self.parts.get(&table.name())?;
         decode_parts(parts, head, width).ok().flatten()
     }
@@ -244,27 +245,22 @@ pub fn check_part(key: &[u8], value: &[u8]) -> Result<()> {
     header.payload.finish()
 }
 
-fn decode_parts(parts: &[(u32, Bytes)], head: Head, width: usize) -> Result<Option<Vec<Row>>> {
+fn decode_parts(parts: &[(u32, Bytes)], head: Head, width: usize) -> Result<Option<Rows>> {
     let mut sorted: Vec<&(u32, Bytes)> = parts.iter().collect();
     sorted.sort_by_key(|(part, _)| *part);
-    let mut rows = Vec::new();
+    let mut rows = PackedBuilder::new(width);
     for (expected, (part, value)) in sorted.iter().enumerate() {
-        let mut header = read_header(value)?;
+        let header = read_header(value)?;
         if *part as usize != expected || header.head != head || header.parts as usize != parts.len()
         {
             return Ok(None);
         }
-        rows.reserve(header.rows);
-        for _ in 0..header.rows {
-            let row = header.payload.row()?;
-            if row.len() != width {
-                return Ok(None);
-            }
-            rows.push(row);
+        let at = value.len() - header.payload.remaining();
+        if !rows.add_part(value.clone(), at, header.rows)? {
+            return Ok(None);
         }
-        header.payload.finish()?;
     }
-    Ok(Some(rows))
+    Ok(Some(rows.finish()))
 }
 
 /// What taking an image at `head` writes: its stamp and the parts of
@@ -291,7 +287,7 @@ pub fn replacement(head: Head, tables: &[TableRows], existing: &[Vec<u8>]) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{Cell, Kind};
+    use crate::catalog::{Cell, Kind, Row};
 
     fn head(batch_count: i64) -> Head {
         Head {
@@ -319,9 +315,12 @@ mod tests {
     fn an_image_round_trips_across_parts() {
         let table = TableRef::Fixed(Kind::Snapshot);
         let many = rows(100_000);
-        let parts = encode(table, head(7), &many);
+        let parts = encode(table, head(7), &Rows::from(many.clone()));
         assert!(parts.len() > 1, "{} parts", parts.len());
-        assert_eq!(images(parts).rows(table, head(7), 3), Some(many));
+        assert_eq!(
+            images(parts).rows(table, head(7), 3),
+            Some(Rows::from(many))
+        );
     }
 
     #[test]
@@ -330,7 +329,7 @@ mod tests {
             table_id: 1,
             schema_version: 2,
         };
-        let many = rows(100_000);
+        let many = Rows::from(rows(100_000));
         assert_eq!(
             images(encode(table, head(7), &many)).rows(table, head(8), 3),
             None
@@ -352,9 +351,12 @@ mod tests {
     #[test]
     fn an_empty_table_has_one_empty_part() {
         let table = TableRef::Fixed(Kind::Tag);
-        let parts = encode(table, head(3), &[]);
+        let parts = encode(table, head(3), &Rows::from(Vec::new()));
         assert_eq!(parts.len(), 1);
-        assert_eq!(images(parts).rows(table, head(3), 5), Some(Vec::new()));
+        assert_eq!(
+            images(parts).rows(table, head(3), 5),
+            Some(Rows::from(Vec::new()))
+        );
     }
 
     #[test]
@@ -367,8 +369,8 @@ mod tests {
         };
         let existing = vec![part_key(big, 0), part_key(big, 1), part_key(gone, 0)];
         let tables = vec![
-            (big, std::sync::Arc::new(rows(100))),
-            (small, std::sync::Arc::new(rows(2))),
+            (big, std::sync::Arc::new(Rows::from(rows(100)))),
+            (small, std::sync::Arc::new(Rows::from(rows(2)))),
         ];
         let Replacement { puts, deletes } = replacement(head(4), &tables, &existing);
         assert_eq!(

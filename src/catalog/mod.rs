@@ -7,6 +7,7 @@
 
 pub mod image;
 pub mod kinds;
+pub mod rows;
 pub mod types;
 pub mod writes;
 
@@ -16,6 +17,7 @@ use crate::store::value::{decode_record, Record};
 use crate::store::{ReadView, Store, StoreSettings, StoreUri};
 use crate::{catalog_row, column};
 pub use kinds::{Kind, Lifecycle, Reclaim, SysRecord, TableDef, TABLES};
+pub use rows::Rows;
 pub use types::{Cell, ColumnType, Row};
 
 /// A table the shim can bind: one of the fixed kinds or an instance of an

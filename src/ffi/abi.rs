@@ -10,6 +10,7 @@ use crate::catalog::{self, Cell, Row, TableRef};
 use crate::error::{panic_text, Error, Result};
 use crate::staged::pushdown::IntBound;
 use crate::staged::{AttachShared, Scan, StagedTransaction, TableInfo};
+use crate::store::value::CellRef;
 use crate::store::{Store, StoreSettings, StoreUri};
 use std::collections::HashMap;
 use std::ffi::{c_char, CStr, CString};
@@ -579,6 +580,27 @@ pub extern "C" fn moraine_txn_scan(
     })
 }
 
+/// Writes how many rows a scan of `name` would see now, for DuckDB's
+/// planner. Reads the table as a scan would, and keeps it for the scan.
+#[no_mangle]
+pub extern "C" fn moraine_txn_row_count(
+    txn: *mut MoraineTxn,
+    name: *const c_char,
+    count_out: *mut u64,
+    err: *mut *mut c_char,
+) -> i32 {
+    guarded(err, || {
+        let table = table_ref(text(name, "table name")?)?;
+        let rows = on_staged(txn, async |s| s.visible_rows(table).await)?;
+        if count_out.is_null() {
+            return Err(Error::Internal("null row count".into()));
+        }
+        // SAFETY: checked non-null; the shim passes one u64.
+        unsafe { *count_out = rows.len() as u64 };
+        Ok(())
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn moraine_scan_row_count(scan: *mut MoraineScan) -> usize {
     handle(scan, "scan").map(|s| s.scan.len()).unwrap_or(0)
@@ -635,6 +657,7 @@ pub extern "C" fn moraine_scan_fill(
         let scan = &scan.scan;
         let count = count.min(scan.len().saturating_sub(offset));
         let rows = (offset..offset + count).filter_map(|n| scan.emitted(n).map(|(row, _)| row));
+        let column_cells = rows.map(|row| scan.rows.cell(row, column));
         if valid.is_null() {
             return 0;
         }
@@ -647,13 +670,13 @@ pub extern "C" fn moraine_scan_fill(
             (!ptrs.is_null()).then(|| unsafe { std::slice::from_raw_parts_mut(ptrs, count) });
         let mut lens =
             (!lens.is_null()).then(|| unsafe { std::slice::from_raw_parts_mut(lens, count) });
-        for (i, row) in rows.enumerate() {
-            let (int, bytes): (Option<i64>, Option<&[u8]>) = match row.get(column) {
-                None | Some(Cell::Null) => (None, None),
-                Some(Cell::Int(v)) => (Some(*v), None),
-                Some(Cell::Bool(b)) => (Some(i64::from(*b)), None),
-                Some(Cell::Text(t)) => (None, Some(t.as_bytes())),
-                Some(Cell::Blob(b)) => (None, Some(b.as_slice())),
+        for (i, cell) in column_cells.enumerate() {
+            let (int, bytes): (Option<i64>, Option<&[u8]>) = match cell {
+                CellRef::Null => (None, None),
+                CellRef::Int(v) => (Some(v), None),
+                CellRef::Bool(b) => (Some(i64::from(b)), None),
+                CellRef::Text(t) => (None, Some(t)),
+                CellRef::Blob(b) => (None, Some(b)),
             };
             let mut is_valid = false;
             if let (Some(v), Some(ints)) = (int, ints.as_deref_mut()) {

@@ -18,7 +18,7 @@ pub mod translate;
 
 use crate::catalog::image::Images;
 use crate::catalog::writes::KnownKeys;
-use crate::catalog::{self, ColumnDesc, Head, Kind, Row, TableRef};
+use crate::catalog::{self, ColumnDesc, Head, Kind, Row, Rows, TableRef};
 use crate::error::{Error, Result};
 use crate::inline;
 use crate::store::{ReadView, Store};
@@ -66,7 +66,7 @@ impl StagedOp {
 
 struct Run {
     base: i64,
-    rows: Arc<Vec<Row>>,
+    rows: Arc<Rows>,
 }
 
 /// What one scan hands DuckDB: the rows of its run, and which of them it
@@ -74,7 +74,7 @@ struct Run {
 /// emitted, so a rowid names the same row with or without pushdown.
 pub struct Scan {
     pub base: i64,
-    pub rows: Arc<Vec<Row>>,
+    pub rows: Arc<Rows>,
     /// The indices of the emitted rows, ascending; `None` emits every row.
     pub selected: Option<Vec<u32>>,
 }
@@ -97,10 +97,10 @@ impl Scan {
         }
     }
 
-    /// The `n`th emitted row and its rowid.
-    pub fn emitted(&self, n: usize) -> Option<(&Row, i64)> {
+    /// The run index of the `n`th emitted row and its rowid.
+    pub fn emitted(&self, n: usize) -> Option<(usize, i64)> {
         let i = self.index(n)?;
-        Some((&self.rows[i], self.base + i as i64))
+        Some((i, self.base + i as i64))
     }
 }
 
@@ -108,7 +108,7 @@ impl Scan {
 struct Pinned {
     view: ReadView,
     head: Option<Head>,
-    rows: HashMap<TableRef, Arc<Vec<Row>>>,
+    rows: HashMap<TableRef, Arc<Rows>>,
     inline: Arc<InlineTables>,
 }
 
@@ -133,7 +133,7 @@ pub struct StagedTransaction {
     /// a statement that scans a table again, or after a few more operations,
     /// does not apply every operation of the transaction again (an expiry
     /// stages thousands of deletes, then scans the same tables many times).
-    overlaid: HashMap<TableRef, (usize, Arc<Vec<Row>>)>,
+    overlaid: HashMap<TableRef, (usize, Arc<Rows>)>,
 }
 
 /// Where a table stands inside a transaction.
@@ -372,7 +372,7 @@ impl StagedTransaction {
         Ok(())
     }
 
-    async fn committed(&mut self, table: TableRef) -> Result<Arc<Vec<Row>>> {
+    async fn committed(&mut self, table: TableRef) -> Result<Arc<Rows>> {
         let store = self.store.clone();
         let shared = self.shared.clone();
         let pinned = self.pin().await?;
@@ -389,7 +389,9 @@ impl StagedTransaction {
             shared.rows.offer(pinned.head, table, &rows);
             return Ok(rows);
         }
-        let rows = Arc::new(committed_records(&store, &pinned.view, table).await?);
+        let rows = Arc::new(Rows::from(
+            committed_records(&store, &pinned.view, table).await?,
+        ));
         pinned.rows.insert(table, rows.clone());
         shared.rows.offer(pinned.head, table, &rows);
         Ok(rows)
@@ -397,17 +399,17 @@ impl StagedTransaction {
 
     /// The rows a scan of `table` sees now: committed rows with this
     /// transaction's staged operations applied.
-    pub async fn visible_rows(&mut self, table: TableRef) -> Result<Arc<Vec<Row>>> {
+    pub async fn visible_rows(&mut self, table: TableRef) -> Result<Arc<Rows>> {
         if table == TableRef::Fixed(Kind::SchemaVersions) {
             let mut rows = self.overlaid(table).await?.as_ref().clone();
             let files = self.overlaid(TableRef::Fixed(Kind::DataFile)).await?;
-            catalog::repair_schema_versions(&mut rows, &files);
+            rows.change(|rows| catalog::repair_schema_versions(rows, &files));
             return Ok(Arc::new(rows));
         }
         self.overlaid(table).await
     }
 
-    async fn overlaid(&mut self, table: TableRef) -> Result<Arc<Vec<Row>>> {
+    async fn overlaid(&mut self, table: TableRef) -> Result<Arc<Rows>> {
         let committed = self.committed(table).await?;
         if !self.ops.iter().any(|op| overlay::affects(op, table)) {
             return Ok(committed);
@@ -421,7 +423,7 @@ impl StagedTransaction {
             // whole instead: its parent filter is not incremental.
             Some((applied, rows)) if parent_table.is_none() => {
                 let mut rows = rows.as_ref().clone();
-                overlay::apply_in_place(table, &mut rows, &self.ops[*applied..]);
+                rows.change(|rows| overlay::apply_in_place(table, rows, &self.ops[*applied..]));
                 rows
             }
             _ => {
@@ -429,12 +431,12 @@ impl StagedTransaction {
                     Some(parent) => Some(Box::pin(self.visible_rows(parent)).await?),
                     None => None,
                 };
-                overlay::apply(
+                Rows::from(overlay::apply(
                     table,
                     &committed,
                     &self.ops,
-                    parent.as_deref().map(Vec::as_slice),
-                )
+                    parent.as_deref().map(|rows| &**rows),
+                ))
             }
         };
         let rows = Arc::new(rows);
@@ -444,7 +446,7 @@ impl StagedTransaction {
 
     /// Materializes a table for one scan and registers the run; returns the
     /// first rowid and the rows.
-    pub async fn scan(&mut self, table: TableRef) -> Result<(i64, Arc<Vec<Row>>)> {
+    pub async fn scan(&mut self, table: TableRef) -> Result<(i64, Arc<Rows>)> {
         let scan = self.scan_within(table, &[]).await?;
         Ok((scan.base, scan.rows))
     }
@@ -482,7 +484,9 @@ impl StagedTransaction {
                     "rowid {rowid} was not emitted by a scan in this transaction"
                 ))
             })?;
-        Ok(run.rows[(rowid - run.base) as usize].clone())
+        run.rows
+            .row((rowid - run.base) as usize)
+            .ok_or_else(|| Error::Internal(format!("rowid {rowid} is outside its run")))
     }
 
     fn writable(&self) -> Result<()> {
@@ -692,7 +696,7 @@ async fn image_rows(
     shared: &AttachShared,
     pinned: &Pinned,
     table: TableRef,
-) -> Result<Option<Vec<Row>>> {
+) -> Result<Option<Rows>> {
     let Some(head) = pinned.head else {
         return Ok(None);
     };
@@ -793,7 +797,7 @@ pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -
     }
     for table in unread {
         let rows = committed_records(store, &view, table).await?;
-        tables.push((table, Arc::new(rows)));
+        tables.push((table, Arc::new(Rows::from(rows))));
     }
     if tables.iter().map(|(_, rows)| rows.len()).sum::<usize>() < min_rows {
         return Ok(false);

@@ -8,7 +8,7 @@
 //! DuckDB's own filters to every row it emits, so a bound decides what a
 //! scan need not hand over, never what a query sees.
 
-use crate::catalog::{Cell, Row};
+use crate::catalog::Rows;
 
 /// Rows whose cell in `column` is not an integer in `low..=high` may be left
 /// out of the scan. NULL is outside every bound: the comparisons, IN lists
@@ -21,22 +21,22 @@ pub struct IntBound {
 }
 
 impl IntBound {
-    fn admits(&self, row: &Row) -> bool {
-        matches!(row.get(self.column), Some(Cell::Int(v)) if (self.low..=self.high).contains(v))
+    fn admits(&self, rows: &Rows, row: usize) -> bool {
+        rows.cell(row, self.column)
+            .as_int()
+            .is_some_and(|v| (self.low..=self.high).contains(&v))
     }
 }
 
 /// The indices of the rows every bound admits, in order; `None` when the
 /// bounds admit every row (no selection to carry).
-pub fn select(rows: &[Row], bounds: &[IntBound]) -> Option<Vec<u32>> {
+pub fn select(rows: &Rows, bounds: &[IntBound]) -> Option<Vec<u32>> {
     if bounds.is_empty() {
         return None;
     }
-    let selected: Vec<u32> = rows
-        .iter()
-        .enumerate()
-        .filter(|(_, row)| bounds.iter().all(|b| b.admits(row)))
-        .map(|(i, _)| i as u32)
+    let selected: Vec<u32> = (0..rows.len())
+        .filter(|&row| bounds.iter().all(|b| b.admits(rows, row)))
+        .map(|row| row as u32)
         .collect();
     (selected.len() < rows.len()).then_some(selected)
 }
@@ -44,8 +44,9 @@ pub fn select(rows: &[Row], bounds: &[IntBound]) -> Option<Vec<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::Cell;
 
-    fn rows() -> Vec<Row> {
+    fn rows() -> Rows {
         (0..6)
             .map(|i| {
                 vec![
@@ -57,7 +58,8 @@ mod tests {
                     },
                 ]
             })
-            .collect()
+            .collect::<Vec<_>>()
+            .into()
     }
 
     #[test]

@@ -18,7 +18,7 @@
 use super::overlay;
 use super::StagedOp;
 use crate::catalog::image::{Images, TableRows};
-use crate::catalog::{ColumnDesc, Head, Row, TableRef};
+use crate::catalog::{ColumnDesc, Head, Rows, TableRef};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -33,7 +33,7 @@ pub struct InlineTables {
 struct State {
     /// The head the entries below were read at; `None` while nothing is kept.
     head: Option<Option<Head>>,
-    tables: HashMap<TableRef, Arc<Vec<Row>>>,
+    tables: HashMap<TableRef, Arc<Rows>>,
     inline: Option<Arc<InlineTables>>,
     /// The store's image of the kept head, read once; empty when the store
     /// holds none for this head.
@@ -78,7 +78,7 @@ impl SharedRows {
         self.state.lock().ok().map(|mut s| f(&mut s))
     }
 
-    pub fn rows(&self, head: Option<Head>, table: TableRef) -> Option<Arc<Vec<Row>>> {
+    pub fn rows(&self, head: Option<Head>, table: TableRef) -> Option<Arc<Rows>> {
         self.with_state(|s| {
             (s.head == Some(head))
                 .then(|| s.tables.get(&table).cloned())
@@ -88,7 +88,7 @@ impl SharedRows {
     }
 
     /// Keeps rows a transaction read from the store at `head`.
-    pub fn offer(&self, head: Option<Head>, table: TableRef, rows: &Arc<Vec<Row>>) {
+    pub fn offer(&self, head: Option<Head>, table: TableRef, rows: &Arc<Rows>) {
         self.with_state(|s| {
             if s.keeps(head) {
                 s.tables.insert(table, rows.clone());
@@ -168,7 +168,7 @@ impl SharedRows {
                 .collect();
             for table in touched {
                 if let Some(rows) = s.tables.get_mut(&table) {
-                    overlay::apply_in_place(table, Arc::make_mut(rows), ops);
+                    Arc::make_mut(rows).change(|rows| overlay::apply_in_place(table, rows, ops));
                 }
             }
             let orphaned: Vec<TableRef> = s
@@ -187,7 +187,8 @@ impl SharedRows {
                 match parent {
                     Some(parents) => {
                         if let Some(rows) = s.tables.get_mut(&child) {
-                            overlay::retain_linked(child, Arc::make_mut(rows), &parents);
+                            Arc::make_mut(rows)
+                                .change(|rows| overlay::retain_linked(child, rows, &parents));
                         }
                     }
                     None => {

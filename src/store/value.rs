@@ -28,7 +28,48 @@ pub enum Cell {
 
 pub type Row = Vec<Cell>;
 
+/// A cell read in place from its encoded bytes, without an allocation.
+/// Text is not checked to be UTF-8 here: whoever stores the bytes checks
+/// them once ([`Reader::cell`], the packed rows of an image).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CellRef<'a> {
+    Null,
+    Int(i64),
+    Bool(bool),
+    Text(&'a [u8]),
+    Blob(&'a [u8]),
+}
+
+impl CellRef<'_> {
+    pub fn as_int(self) -> Option<i64> {
+        match self {
+            CellRef::Int(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn to_cell(self) -> Cell {
+        match self {
+            CellRef::Null => Cell::Null,
+            CellRef::Int(v) => Cell::Int(v),
+            CellRef::Bool(b) => Cell::Bool(b),
+            CellRef::Text(t) => Cell::Text(String::from_utf8_lossy(t).into_owned()),
+            CellRef::Blob(b) => Cell::Blob(b.to_vec()),
+        }
+    }
+}
+
 impl Cell {
+    pub fn as_cell_ref(&self) -> CellRef<'_> {
+        match self {
+            Cell::Null => CellRef::Null,
+            Cell::Int(v) => CellRef::Int(*v),
+            Cell::Bool(b) => CellRef::Bool(*b),
+            Cell::Text(t) => CellRef::Text(t.as_bytes()),
+            Cell::Blob(b) => CellRef::Blob(b),
+        }
+    }
+
     pub fn as_int(&self) -> Option<i64> {
         match self {
             Cell::Int(v) => Some(*v),
@@ -188,19 +229,23 @@ pub fn put_row(out: &mut Vec<u8>, row: &[Cell]) {
 }
 
 pub fn put_cell(out: &mut Vec<u8>, cell: &Cell) {
+    put_cell_ref(out, cell.as_cell_ref());
+}
+
+pub fn put_cell_ref(out: &mut Vec<u8>, cell: CellRef<'_>) {
     match cell {
-        Cell::Null => out.push(0),
-        Cell::Int(v) => {
+        CellRef::Null => out.push(0),
+        CellRef::Int(v) => {
             out.push(1);
             put_varint(out, ((v << 1) ^ (v >> 63)) as u64);
         }
-        Cell::Bool(false) => out.push(2),
-        Cell::Bool(true) => out.push(3),
-        Cell::Text(s) => {
+        CellRef::Bool(false) => out.push(2),
+        CellRef::Bool(true) => out.push(3),
+        CellRef::Text(s) => {
             out.push(4);
-            put_bytes(out, s.as_bytes());
+            put_bytes(out, s);
         }
-        Cell::Blob(b) => {
+        CellRef::Blob(b) => {
             out.push(5);
             put_bytes(out, b);
         }
@@ -227,10 +272,12 @@ pub struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    #[inline]
     pub fn new(bytes: &'a [u8]) -> Self {
         Reader { bytes, at: 0 }
     }
 
+    #[inline]
     pub fn byte(&mut self) -> Result<u8> {
         let b = *self
             .bytes
@@ -240,6 +287,7 @@ impl<'a> Reader<'a> {
         Ok(b)
     }
 
+    #[inline]
     pub fn varint(&mut self) -> Result<u64> {
         let mut v: u64 = 0;
         for shift in (0..64).step_by(7) {
@@ -253,6 +301,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A length that must fit in what is left of the payload.
+    #[inline]
     pub fn length(&mut self) -> Result<usize> {
         let n = self.varint()?;
         if n > (self.bytes.len() - self.at) as u64 {
@@ -261,6 +310,7 @@ impl<'a> Reader<'a> {
         Ok(n as usize)
     }
 
+    #[inline]
     pub fn bytes(&mut self) -> Result<&'a [u8]> {
         let n = self.length()?;
         let out = &self.bytes[self.at..self.at + n];
@@ -268,23 +318,34 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
+    /// How many bytes are left to read.
+    #[inline]
+    pub fn remaining(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
     pub fn cell(&mut self) -> Result<Cell> {
+        Ok(match self.cell_ref()? {
+            CellRef::Text(b) => Cell::Text(
+                String::from_utf8(b.to_vec())
+                    .map_err(|_| Error::corruption("text cell is not UTF-8"))?,
+            ),
+            other => other.to_cell(),
+        })
+    }
+
+    #[inline]
+    pub fn cell_ref(&mut self) -> Result<CellRef<'a>> {
         Ok(match self.byte()? {
-            0 => Cell::Null,
+            0 => CellRef::Null,
             1 => {
                 let z = self.varint()?;
-                Cell::Int(((z >> 1) as i64) ^ -((z & 1) as i64))
+                CellRef::Int(((z >> 1) as i64) ^ -((z & 1) as i64))
             }
-            2 => Cell::Bool(false),
-            3 => Cell::Bool(true),
-            4 => {
-                let b = self.bytes()?;
-                Cell::Text(
-                    String::from_utf8(b.to_vec())
-                        .map_err(|_| Error::corruption("text cell is not UTF-8"))?,
-                )
-            }
-            5 => Cell::Blob(self.bytes()?.to_vec()),
+            2 => CellRef::Bool(false),
+            3 => CellRef::Bool(true),
+            4 => CellRef::Text(self.bytes()?),
+            5 => CellRef::Blob(self.bytes()?),
             t => return Err(Error::corruption(format!("unknown cell tag {t}"))),
         })
     }
