@@ -8,6 +8,7 @@ mod common;
 
 use common::*;
 use moraine::catalog::{Kind, Row, Rows, TableRef};
+use moraine::staged::pushdown::IntBound;
 use moraine::staged::{committed_records, take_image, AttachShared, StagedTransaction};
 use moraine::store::Store;
 use std::sync::Arc;
@@ -350,4 +351,80 @@ async fn an_image_is_retaken_at_its_head_only_when_a_session_read_a_table_it_lac
         !take_image(&store, &third.shared, 0).await.unwrap(),
         "retaken although the image held every table read"
     );
+}
+
+/// A cold session reads the image's rows packed: its scans, bounds and
+/// rowids read cells in place, a DELETE through one of its rowids lands,
+/// the shared rows carried past it match the store, and the next image,
+/// written from rows still packed, reads back as the records.
+#[tokio::test]
+async fn a_cold_session_scans_packed_rows_and_writes_through_them() {
+    let store = memory_store("packed").await;
+    bootstrap(&store).await;
+    create_table(&store, 1, 1, "t").await;
+    let writer = Attach {
+        store: store.clone(),
+        shared: Arc::default(),
+    };
+    for snapshot in 2..42 {
+        let mut tx = writer.tx();
+        stage(
+            &mut tx,
+            Kind::Snapshot,
+            snapshot_row(snapshot, 1, 3, snapshot + 100),
+        )
+        .await;
+        stage(
+            &mut tx,
+            Kind::DataFile,
+            data_file_row(snapshot + 99, 1, snapshot),
+        )
+        .await;
+        tx.commit().await.unwrap();
+    }
+    read_in(&writer, &[Kind::Snapshot, Kind::DataFile]).await;
+    assert!(take_image(&store, &writer.shared, 0).await.unwrap());
+    let files = records_of(&store, fixed(Kind::DataFile)).await;
+
+    let cold = Attach {
+        store: store.clone(),
+        shared: Arc::default(),
+    };
+    let mut tx = cold.tx();
+    let keys_before = store.keys_read();
+    let within = IntBound {
+        column: 0,
+        low: 110,
+        high: 119,
+    };
+    let scan = tx
+        .scan_within(fixed(Kind::DataFile), &[within])
+        .await
+        .unwrap();
+    assert!(
+        store.keys_read() - keys_before < 10,
+        "the cold scan read records instead of the image"
+    );
+    assert_eq!(scan.rows.len(), files.len());
+    assert_eq!(scan.len(), 10);
+    let mut doomed = None;
+    for n in 0..scan.len() {
+        let (i, rowid) = scan.emitted(n).unwrap();
+        for (column, cell) in files[i].iter().enumerate() {
+            assert_eq!(scan.rows.cell(i, column), cell.as_cell_ref());
+        }
+        if files[i][0] == int(115) {
+            doomed = Some(rowid);
+        }
+    }
+    // The snapshots stay packed through the commit below.
+    tx.visible_rows(fixed(Kind::Snapshot)).await.unwrap();
+    tx.stage_delete(fixed(Kind::DataFile), &[doomed.unwrap()])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let after = records_of(&store, fixed(Kind::DataFile)).await;
+    assert_eq!(after.len(), files.len() - 1);
+    assert!(after.iter().all(|row| row[0] != int(115)));
+    cold.check("a delete through a packed scan").await;
 }
