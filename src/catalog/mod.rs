@@ -448,13 +448,17 @@ pub async fn dump_at(store: &Store, at: i64) -> Result<Dump> {
 /// schema version gets a floor row at that file's begin snapshot, carrying
 /// the oldest schema version still known. DuckLake's compaction planner
 /// needs every file to resolve the schema version it was written under.
-pub fn repair_schema_versions(rows: &mut Vec<Row>, data_files: &[Row]) {
+///
+/// The data files are read cell by cell, so packed ones stay packed.
+pub fn repair_schema_versions(rows: &mut Vec<Row>, data_files: &Rows) {
     use std::collections::BTreeMap;
     let mut oldest_file: BTreeMap<i64, i64> = BTreeMap::new();
-    for file in data_files {
+    for file in 0..data_files.len() {
         if let (Some(table), Some(begin)) = (
-            file[column!(DataFile, table_id)].as_int(),
-            file[column!(DataFile, begin_snapshot)].as_int(),
+            data_files.cell(file, column!(DataFile, table_id)).as_int(),
+            data_files
+                .cell(file, column!(DataFile, begin_snapshot))
+                .as_int(),
         ) {
             let slot = oldest_file.entry(table).or_insert(begin);
             *slot = (*slot).min(begin);

@@ -9,7 +9,7 @@
 //! `ducklake_data_file`, against 2.3 ms for DuckDB to answer the whole
 //! statement from its own file). A scan needs no `Row`: it hands DuckDB one
 //! cell at a time. So rows read from an image stay packed, the part's bytes
-//! plus where each cell starts, and are decoded whole only when something
+//! plus each cell's kind and value, and are decoded whole only when something
 //! needs them as rows: a transaction's overlay, a commit carrying them
 //! forward, a rowid resolved for DELETE or UPDATE (that one row only).
 
@@ -101,7 +101,7 @@ impl Rows {
     }
 
     /// Appends row `row` as the image stores it ([`put_row`]); packed rows
-    /// are copied as they are.
+    /// are encoded from their cells without being decoded.
     pub fn put_row(&self, row: usize, out: &mut Vec<u8>) {
         match (self.decoded.get(), &self.packed) {
             (Some(rows), _) => {

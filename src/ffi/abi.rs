@@ -656,8 +656,9 @@ pub extern "C" fn moraine_scan_fill(
         };
         let scan = &scan.scan;
         let count = count.min(scan.len().saturating_sub(offset));
-        let rows = (offset..offset + count).filter_map(|n| scan.emitted(n).map(|(row, _)| row));
-        let column_cells = rows.map(|row| scan.rows.cell(row, column));
+        let column_cells = (offset..offset + count)
+            .filter_map(|n| scan.emitted(n))
+            .map(|(row, _)| scan.rows.cell(row, column));
         if valid.is_null() {
             return 0;
         }
