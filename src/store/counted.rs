@@ -24,11 +24,13 @@ pub struct RequestCounts {
     lists: AtomicU64,
     deletes: AtomicU64,
     copies: AtomicU64,
+    /// Reads answered from memory (`store::remembered`), which reached no store.
+    remembered: AtomicU64,
 }
 
 impl RequestCounts {
     /// `(name, value)` pairs in a fixed order.
-    pub fn snapshot(&self) -> [(&'static str, u64); 5] {
+    pub fn snapshot(&self) -> [(&'static str, u64); 6] {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         [
             ("object_store_puts", load(&self.puts)),
@@ -36,7 +38,12 @@ impl RequestCounts {
             ("object_store_lists", load(&self.lists)),
             ("object_store_deletes", load(&self.deletes)),
             ("object_store_copies", load(&self.copies)),
+            ("object_store_reads_remembered", load(&self.remembered)),
         ]
+    }
+
+    pub(super) fn bump_remembered(&self) {
+        Self::bump(&self.remembered);
     }
 
     fn bump(counter: &AtomicU64) {

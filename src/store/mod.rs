@@ -7,6 +7,7 @@ pub mod counted;
 pub mod keys;
 pub mod lease;
 pub mod objects;
+mod remembered;
 pub mod settings;
 pub mod turn;
 pub mod upkeep;
@@ -116,6 +117,8 @@ impl Store {
     ) -> Result<Store> {
         let root = uri.root_path();
         let (object_store, requests) = counted::Counted::wrap(object_store);
+        let object_store =
+            remembered::Remembered::wrap(object_store, root.clone(), requests.clone());
         let existing = check_location(uri, &object_store, &root).await?;
         let handle = if settings.read_only {
             if !existing {
