@@ -166,29 +166,61 @@ def cold_attach_ms(backend, t, kind):
     return statistics.median(samples)
 
 
-def run_growth(backend, scale, tmp_root, kind):
-    """Commits into one table `scale['growth']` times, one row per commit, and records every latency; times
-    cold attaches after EARLY_HISTORY commits and after the last, then the grown lake's expiry and cleanup.
-    kind: 'inlined' or 'parquet'."""
-    t = tempfile.mkdtemp(dir=tmp_root)
+def run_growth(backends_, scale, tmp_root, kind, skipped):
+    """Commits into one table `scale['growth']` times, one row per commit, on every back-end at once: commit i
+    goes to each back-end in turn (the order rotates), so a slow minute of this shared VM lands on all of
+    them alike. Times cold attaches after EARLY_HISTORY commits and after the last, then each grown lake's
+    expiry and cleanup. kind: 'inlined' or 'parquet'. Returns {name: (latencies, after)}; a back-end that
+    fails is named in `skipped` and left out."""
     n = scale["growth"]
-    con = backend.connect(t, parquet_only=(kind == "parquet"))
-    con.execute("CREATE TABLE g (id INTEGER)")
-    lat = []
+    parquet_only = kind == "parquet"
+    lakes, cons, lat, early = {}, {}, {}, {}
+
+    def drop(name, e):
+        skipped[name] = "failed: %s" % str(e).splitlines()[0]
+        con = cons.pop(name, None)
+        if con is not None:
+            con.close()
+
+    for b in backends_:
+        try:
+            lakes[b.name] = tempfile.mkdtemp(dir=tmp_root)
+            cons[b.name] = b.connect(lakes[b.name], parquet_only=parquet_only)
+            cons[b.name].execute("CREATE TABLE g (id INTEGER)")
+            lat[b.name] = []
+        except Exception as e:  # noqa: BLE001 - reported, not fatal
+            drop(b.name, e)
+    by_name = {b.name: b for b in backends_}
     for i in range(n):
         if i == EARLY_HISTORY:
+            for name in list(cons):
+                cons.pop(name).close()
+                early[name] = cold_attach_ms(by_name[name], lakes[name], kind)
+                cons[name] = by_name[name].connect(lakes[name], parquet_only=parquet_only)
+        names = list(cons)
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            try:
+                lat[name].append(timed(lambda: cons[name].execute("INSERT INTO g VALUES (%d)" % i)))
+            except Exception as e:  # noqa: BLE001
+                drop(name, e)
+    out = {}
+    for name in list(cons):
+        try:
+            cons.pop(name).close()
+            b, t = by_name[name], lakes[name]
+            attach = cold_attach_ms(b, t, kind)
+            con = b.connect(t, parquet_only=parquet_only)
+            con.execute("SELECT count(*) FROM g").fetchall()
+            expire = timed(lambda: con.execute(
+                "CALL ducklake_expire_snapshots('lake', older_than => now())").fetchall())
+            cleanup = timed(lambda: con.execute(
+                "CALL ducklake_cleanup_old_files('lake', cleanup_all => true)").fetchall())
             con.close()
-            early = cold_attach_ms(backend, t, kind)
-            con = backend.connect(t, parquet_only=(kind == "parquet"))
-        lat.append(timed(lambda i=i: con.execute("INSERT INTO g VALUES (%d)" % i)))
-    con.close()
-    attach = cold_attach_ms(backend, t, kind)
-    con = backend.connect(t, parquet_only=(kind == "parquet"))
-    con.execute("SELECT count(*) FROM g").fetchall()
-    expire = timed(lambda: con.execute("CALL ducklake_expire_snapshots('lake', older_than => now())").fetchall())
-    cleanup = timed(lambda: con.execute("CALL ducklake_cleanup_old_files('lake', cleanup_all => true)").fetchall())
-    con.close()
-    return lat, {"attach_early_ms": early, "attach_ms": attach, "expire_ms": expire, "cleanup_ms": cleanup}
+            out[name] = (lat[name], {"attach_early_ms": early[name], "attach_ms": attach, "expire_ms": expire,
+                                     "cleanup_ms": cleanup})
+        except Exception as e:  # noqa: BLE001
+            drop(name, e)
+    return out
 
 
 def growth_report(curves, after, scale):
@@ -381,15 +413,10 @@ def main(argv):
     try:
         if args.workload in ("all", "growth"):
             for kind in ("inlined", "parquet"):
-                for backend in backends(pg):
-                    if backend.name in skipped:
-                        continue
-                    try:
-                        lat, post = run_growth(backend, scale, tmp_root, kind)
-                        curves.setdefault(kind, {})[backend.name] = lat
-                        after.setdefault(kind, {})[backend.name] = post
-                    except Exception as e:  # noqa: BLE001
-                        skipped[backend.name] = "failed: %s" % str(e).splitlines()[0]
+                running = [b for b in backends(pg) if b.name not in skipped]
+                for name, (lat, post) in run_growth(running, scale, tmp_root, kind, skipped).items():
+                    curves.setdefault(kind, {})[name] = lat
+                    after.setdefault(kind, {})[name] = post
                 print("growth (%s) done" % kind, flush=True)
         for rep in range(scale["reps"] if args.workload in ("all", "classic", "many_writers") else 0):
             for backend in backends(pg):
