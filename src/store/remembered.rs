@@ -24,7 +24,7 @@ use object_store::{
     Attributes, CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload,
     ObjectMeta, ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
@@ -33,13 +33,20 @@ use std::sync::{Arc, Mutex};
 /// block at a time through SlateDB's own block cache.
 const WRITE_ONCE_FOLDERS: [&str; 3] = ["wal", "manifest", "compactions"];
 
-/// Objects larger than this are served but not kept: a catalog's WAL object
-/// is one commit, usually a few kilobytes.
+/// Objects larger than this are not kept, and later reads of them go to the
+/// store as asked: a catalog's WAL object is one commit, usually a few
+/// kilobytes.
 const LARGEST_KEPT_OBJECT: usize = 1 << 20;
+
+/// How many large objects' paths are remembered as large before the list
+/// starts again.
+const LARGE_PATHS: usize = 4096;
 
 /// What one attach keeps at most. WAL objects are read in id order and left
 /// behind once the replay point passes them, so the oldest goes first.
 const KEPT_BYTES: usize = 32 << 20;
+
+struct TooLarge;
 
 struct Object {
     meta: ObjectMeta,
@@ -52,11 +59,17 @@ struct Kept {
     by_path: HashMap<Path, Arc<Object>>,
     oldest_first: VecDeque<Path>,
     bytes: usize,
+    /// Objects read whole once and found too large to keep.
+    large: HashSet<Path>,
 }
 
 impl Kept {
     fn keep(&mut self, path: Path, object: Arc<Object>) {
         if object.bytes.len() > LARGEST_KEPT_OBJECT {
+            if self.large.len() >= LARGE_PATHS {
+                self.large.clear();
+            }
+            self.large.insert(path);
             return;
         }
         self.bytes += object.bytes.len();
@@ -76,6 +89,7 @@ impl Kept {
     }
 
     fn forget(&mut self, path: &Path) {
+        self.large.remove(path);
         if let Some(gone) = self.by_path.remove(path) {
             self.bytes -= gone.bytes.len();
             self.oldest_first.retain(|p| p != path);
@@ -118,8 +132,16 @@ impl Remembered {
         }
     }
 
-    fn kept(&self, location: &Path) -> Option<Arc<Object>> {
-        self.kept.lock().ok()?.by_path.get(location).cloned()
+    /// The kept object, or whether the object is known to be too large to
+    /// keep.
+    fn kept(&self, location: &Path) -> Result<Option<Arc<Object>>, TooLarge> {
+        let Ok(kept) = self.kept.lock() else {
+            return Ok(None);
+        };
+        if kept.large.contains(location) {
+            return Err(TooLarge);
+        }
+        Ok(kept.by_path.get(location).cloned())
     }
 
     fn forget(&self, location: &Path) {
@@ -228,11 +250,12 @@ impl ObjectStore for Remembered {
             return self.inner.get_opts(location, options).await;
         }
         let object = match self.kept(location) {
-            Some(object) => {
+            Ok(Some(object)) => {
                 self.counts.bump_remembered();
                 object
             }
-            None => self.read_whole(location, &options).await?,
+            Ok(None) => self.read_whole(location, &options).await?,
+            Err(TooLarge) => return self.inner.get_opts(location, options).await,
         };
         match answer(&object, &options) {
             Some(result) => Ok(result),
@@ -367,6 +390,31 @@ mod tests {
         };
         store.get_opts(&wal, conditional).await.expect("get");
         assert_eq!(gets(&counts), before + 1);
+    }
+
+    #[tokio::test]
+    async fn a_large_object_is_read_once_whole_then_as_asked() {
+        let (_, store, counts) = stores();
+        let wal = Path::from("lake/catalog/wal/00000000000000000009.sst");
+        let large = vec![7u8; LARGEST_KEPT_OBJECT + 1];
+        store
+            .put(&wal, PutPayload::from(large))
+            .await
+            .expect("put");
+        assert_eq!(store.head(&wal).await.expect("head").size as usize, LARGEST_KEPT_OBJECT + 1);
+        let tail = store
+            .get_opts(
+                &wal,
+                GetOptions {
+                    range: Some(GetRange::Suffix(3)),
+                    ..GetOptions::default()
+                },
+            )
+            .await
+            .expect("range");
+        assert_eq!(tail.bytes().await.expect("bytes").as_ref(), &[7, 7, 7]);
+        assert_eq!(gets(&counts), 2, "the range went to the store");
+        assert_eq!(counts.snapshot()[5].1, 0);
     }
 
     #[tokio::test]
