@@ -397,11 +397,11 @@ mod tests {
         let (_, store, counts) = stores();
         let wal = Path::from("lake/catalog/wal/00000000000000000009.sst");
         let large = vec![7u8; LARGEST_KEPT_OBJECT + 1];
-        store
-            .put(&wal, PutPayload::from(large))
-            .await
-            .expect("put");
-        assert_eq!(store.head(&wal).await.expect("head").size as usize, LARGEST_KEPT_OBJECT + 1);
+        store.put(&wal, PutPayload::from(large)).await.expect("put");
+        assert_eq!(
+            store.head(&wal).await.expect("head").size as usize,
+            LARGEST_KEPT_OBJECT + 1
+        );
         let tail = store
             .get_opts(
                 &wal,
