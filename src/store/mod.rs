@@ -138,10 +138,14 @@ impl Store {
             let open_writer: turn::OpenWriter = {
                 let (root, object_store) = (root.clone(), object_store.clone());
                 let (uri, settings) = (uri.clone(), settings.clone());
+                let last_collection = Arc::new(upkeep::LastCollection::default());
                 Box::new(move || {
                     let (root, object_store) = (root.clone(), object_store.clone());
                     let (uri, settings) = (uri.clone(), settings.clone());
-                    Box::pin(async move { open_writer(root, object_store, &uri, &settings).await })
+                    let last_collection = last_collection.clone();
+                    Box::pin(async move {
+                        open_writer(root, object_store, &uri, &settings, last_collection).await
+                    })
                 })
             };
             let policy = turn::TurnPolicy {
@@ -423,6 +427,7 @@ async fn open_writer(
     object_store: Arc<dyn ObjectStore>,
     uri: &StoreUri,
     settings: &StoreSettings,
+    last_collection: Arc<upkeep::LastCollection>,
 ) -> Result<turn::OpenedWriter> {
     let db = open_db(root.clone(), object_store.clone(), uri, settings).await?;
     let compaction = Arc::new(upkeep::Compaction::start(
@@ -431,6 +436,13 @@ async fn open_writer(
         settings.compactor_options(),
         WRITER_BLOCK_SIZE,
     ));
+    let collection = upkeep::spawn_collection(
+        root.clone(),
+        object_store.clone(),
+        settings.collection_options(uri),
+        settings.gc_interval,
+        last_collection,
+    );
     let idle = settings.idle_upkeep_after().map(|after| {
         upkeep::spawn_idle_upkeep(
             db.clone(),
@@ -443,6 +455,7 @@ async fn open_writer(
     Ok(turn::OpenedWriter {
         db,
         compaction,
+        collection,
         idle,
     })
 }
@@ -457,7 +470,7 @@ async fn open_db(
     // SlateDB panics on some damaged manifests; that is an error here.
     AssertUnwindSafe(
         Db::builder(root, object_store)
-            .with_settings(settings.slatedb_settings(uri))
+            .with_settings(settings.slatedb_settings())
             .with_sst_block_size(WRITER_BLOCK_SIZE)
             .build(),
     )

@@ -211,26 +211,33 @@ impl StoreSettings {
         compactor
     }
 
-    pub fn slatedb_settings(&self, uri: &StoreUri) -> Settings {
+    /// What the garbage collection beside a writer deletes, and how old it
+    /// must be first (`store::upkeep::spawn_collection`).
+    pub fn collection_options(&self, uri: &StoreUri) -> GarbageCollectorOptions {
         let dir = GarbageCollectorDirectoryOptions {
             interval: Some(self.gc_interval),
             min_age: self.gc_min_age,
             dry_run: false,
         };
+        GarbageCollectorOptions {
+            manifest_options: Some(dir),
+            wal_options: Some(dir),
+            wal_fence_options: None,
+            compacted_options: Some(dir),
+            compactions_options: Some(dir),
+            boundary_files_enabled: uri.gc_boundary_files(),
+            ..GarbageCollectorOptions::default()
+        }
+    }
+
+    pub fn slatedb_settings(&self) -> Settings {
         Settings {
             flush_interval: Some(Duration::from_millis(100)),
             object_store_max_retries: Some(self.object_store_retries),
-            // moraine runs the compactor itself (`compactor_options`).
+            // moraine runs the compactor (`compactor_options`) and the
+            // garbage collection (`collection_options`) itself.
             compactor_options: None,
-            garbage_collector_options: Some(GarbageCollectorOptions {
-                manifest_options: Some(dir),
-                wal_options: Some(dir),
-                wal_fence_options: None,
-                compacted_options: Some(dir),
-                compactions_options: Some(dir),
-                boundary_files_enabled: uri.gc_boundary_files(),
-                ..GarbageCollectorOptions::default()
-            }),
+            garbage_collector_options: None,
             ..Settings::default()
         }
     }

@@ -79,12 +79,14 @@ pub type OpenWriter = Box<dyn Fn() -> BoxFuture<'static, Result<OpenedWriter>> +
 pub struct OpenedWriter {
     pub db: Db,
     pub compaction: Arc<Compaction>,
+    pub collection: tokio::task::JoinHandle<()>,
     pub idle: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl OpenedWriter {
     /// Stops the compactor and the idle upkeep, before the writer closes.
     async fn stop_upkeep(&self) {
+        self.collection.abort();
         if let Some(idle) = &self.idle {
             idle.abort();
         }
@@ -545,6 +547,7 @@ impl WriterTurn {
         };
         let Some(held) = holding.take() else { return };
         held.watcher.abort();
+        held.writer.collection.abort();
         if let Some(idle) = &held.writer.idle {
             idle.abort();
         }

@@ -399,6 +399,51 @@ pub async fn collect_history_at_close(
     let _ = tokio::time::timeout(CLOSE_COLLECTION_DEADLINE, admin.run_gc_once(options)).await;
 }
 
+/// When this process last started a garbage collection of one store, over
+/// all the writers it opened on it.
+#[derive(Debug, Default)]
+pub struct LastCollection(std::sync::Mutex<Option<Instant>>);
+
+impl LastCollection {
+    /// How long until the next pass is due: at once if this process never
+    /// collected the store.
+    fn due_in(&self, interval: Duration) -> Duration {
+        let last = self.0.lock().map(|at| *at).unwrap_or_default();
+        last.map_or(Duration::ZERO, |at| interval.saturating_sub(at.elapsed()))
+    }
+
+    fn start(&self) {
+        if let Ok(mut at) = self.0.lock() {
+            *at = Some(Instant::now());
+        }
+    }
+}
+
+/// Garbage collection beside a writer, one pass every `interval`. SlateDB's
+/// own collector makes its first pass the moment a writer opens, and a
+/// process that takes the writer turn opens a writer at every turn: on S3
+/// that was a dozen listings and reads per turn. Here the interval runs over
+/// all of a process's writers of one store, so a first open collects at
+/// once and a turn taken again soon after does not. The task is aborted with
+/// its writer; a pass cut short leaves its objects for the next.
+pub fn spawn_collection(
+    root: Path,
+    object_store: Arc<dyn ObjectStore>,
+    options: GarbageCollectorOptions,
+    interval: Duration,
+    last: Arc<LastCollection>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let admin = admin(&root, &object_store);
+        loop {
+            tokio::time::sleep(last.due_in(interval)).await;
+            last.start();
+            // A failed pass is retried at the next interval.
+            let _ = admin.run_gc_once(options.clone()).await;
+        }
+    })
+}
+
 pub fn admin(root: &Path, object_store: &Arc<dyn ObjectStore>) -> Admin {
     Admin::builder(root.clone(), object_store.clone()).build()
 }
@@ -453,4 +498,24 @@ pub fn spawn_idle_upkeep(
             tidied = outcome.is_ok().then_some(seen);
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_collection_is_due_at_once_then_once_per_interval_over_all_writers() {
+        let last = LastCollection::default();
+        let minute = Duration::from_secs(60);
+        assert_eq!(
+            last.due_in(minute),
+            Duration::ZERO,
+            "a first writer collects at once"
+        );
+        last.start();
+        let due = last.due_in(minute);
+        assert!(due > Duration::from_secs(59) && due <= minute, "{due:?}");
+        assert_eq!(last.due_in(Duration::ZERO), Duration::ZERO);
+    }
 }
