@@ -322,6 +322,20 @@ mod tests {
         (backend, remembered, counts)
     }
 
+    async fn last_bytes(
+        store: &Arc<dyn ObjectStore>,
+        path: &Path,
+        n: u64,
+    ) -> (std::ops::Range<u64>, Bytes) {
+        let suffix = GetOptions {
+            range: Some(GetRange::Suffix(n)),
+            ..GetOptions::default()
+        };
+        let read = store.get_opts(path, suffix).await.expect("range");
+        let range = read.range.clone();
+        (range, read.bytes().await.expect("bytes"))
+    }
+
     fn gets(counts: &RequestCounts) -> u64 {
         counts.snapshot()[1].1
     }
@@ -340,18 +354,9 @@ mod tests {
             .expect("put");
         let head = store.head(&wal).await.expect("head");
         assert_eq!(head.size, 10);
-        let tail = store
-            .get_opts(
-                &wal,
-                GetOptions {
-                    range: Some(GetRange::Suffix(4)),
-                    ..GetOptions::default()
-                },
-            )
-            .await
-            .expect("range");
-        assert_eq!(tail.range, 6..10);
-        assert_eq!(tail.bytes().await.expect("bytes").as_ref(), b"6789");
+        let (range, tail) = last_bytes(&store, &wal, 4).await;
+        assert_eq!(range, 6..10);
+        assert_eq!(tail.as_ref(), b"6789");
         let whole = store.get(&wal).await.expect("get");
         assert_eq!(whole.bytes().await.expect("bytes").as_ref(), b"0123456789");
         assert_eq!(
@@ -402,17 +407,8 @@ mod tests {
             store.head(&wal).await.expect("head").size as usize,
             LARGEST_KEPT_OBJECT + 1
         );
-        let tail = store
-            .get_opts(
-                &wal,
-                GetOptions {
-                    range: Some(GetRange::Suffix(3)),
-                    ..GetOptions::default()
-                },
-            )
-            .await
-            .expect("range");
-        assert_eq!(tail.bytes().await.expect("bytes").as_ref(), &[7, 7, 7]);
+        let (_, tail) = last_bytes(&store, &wal, 3).await;
+        assert_eq!(tail.as_ref(), &[7, 7, 7]);
         assert_eq!(gets(&counts), 2, "the range went to the store");
         assert_eq!(counts.snapshot()[5].1, 0);
     }
