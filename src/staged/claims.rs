@@ -9,6 +9,7 @@
 
 use crate::catalog::{Row, TableRef};
 use crate::error::{Error, Result};
+use foldhash::fast::RandomState;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -16,7 +17,7 @@ use std::sync::Mutex;
 #[derive(Default)]
 pub struct RowClaims {
     /// Which transaction changed each row, by table and the row as it was read.
-    held: Mutex<HashMap<(TableRef, Row), u64>>,
+    held: Mutex<HashMap<(TableRef, Row), u64, RandomState>>,
     next_id: AtomicU64,
 }
 

@@ -17,14 +17,14 @@ pub mod shared;
 pub mod translate;
 
 use crate::catalog::image::Images;
-use crate::catalog::writes::KnownKeys;
+use crate::catalog::writes::{KeySet, KnownKeys};
 use crate::catalog::{self, ColumnDesc, Head, Kind, Row, Rows, TableRef};
 use crate::error::{Error, Result};
 use crate::inline;
 use crate::store::{ReadView, Store};
 use claims::{Change, RowClaims};
 pub use shared::{InlineTables, SharedRows};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// One row operation DuckLake issued, kept exactly as it arrived.
@@ -593,7 +593,7 @@ impl StagedTransaction {
         let keys = snapshots
             .iter()
             .map(|row| catalog::location(Kind::Snapshot, row))
-            .collect::<Result<HashSet<_>>>()?;
+            .collect::<Result<KeySet>>()?;
         for prefix in catalog::record_prefixes(Kind::Snapshot) {
             let under = keys.iter().filter(|key| key.starts_with(&prefix));
             known.add(prefix.clone(), under.cloned().collect());

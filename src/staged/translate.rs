@@ -450,12 +450,7 @@ impl<'a> Translator<'a> {
 
     async fn delete_record(&mut self, kind: Kind, row: &Row) -> Result<()> {
         let key = catalog::location(kind, row)?;
-        if self
-            .writes
-            .load(&key, catalog::record_tag(kind))
-            .await?
-            .is_none()
-        {
+        if !self.writes.exists(&key).await? {
             return Err(Error::NotFound(format!("no row {}", render_key(kind, row))));
         }
         self.writes.remove(key);
