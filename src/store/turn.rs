@@ -84,12 +84,19 @@ pub struct OpenedWriter {
 }
 
 impl OpenedWriter {
-    /// Stops the compactor and the idle upkeep, before the writer closes.
-    async fn stop_upkeep(&self) {
+    /// Ends the garbage collection and the idle upkeep, which need no
+    /// waiting for.
+    fn abort_tasks(&self) {
         self.collection.abort();
         if let Some(idle) = &self.idle {
             idle.abort();
         }
+    }
+
+    /// Stops the garbage collection, the idle upkeep and the compactor,
+    /// before the writer closes.
+    async fn stop_upkeep(&self) {
+        self.abort_tasks();
         self.compaction.shutdown().await;
     }
 
@@ -547,10 +554,7 @@ impl WriterTurn {
         };
         let Some(held) = holding.take() else { return };
         held.watcher.abort();
-        held.writer.collection.abort();
-        if let Some(idle) = &held.writer.idle {
-            idle.abort();
-        }
+        held.writer.abort_tasks();
         // Stopping a compactor is async; a dropped handle has no caller left
         // to wait for it.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
