@@ -86,3 +86,40 @@ async fn two_writers_take_turns_and_every_commit_lands_once() {
     let dump = moraine::catalog::dump_head(&reopened).await.unwrap();
     assert_eq!(dump.head.snapshot_id, COMMITS);
 }
+
+/// A detach merges the tree it leaves into one run once it holds three L0s
+/// or runs. The background compactor may already have scheduled some of
+/// those L0s into the same run; the merge then plans again instead of
+/// waiting out its deadline on a job SlateDB failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_detach_that_merges_finishes_its_merge() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = StoreUri::parse(dir.path().to_str().unwrap()).unwrap();
+    let (mut merged, mut unfinished) = (0, 0);
+    let mut next = 1;
+    for session in 0..9 {
+        let store = Arc::new(Store::open(&uri, &StoreSettings::default()).await.unwrap());
+        if session == 0 {
+            bootstrap(&store).await;
+        }
+        for _ in 0..5 {
+            commit_next(&store, next).await;
+            next += 1;
+        }
+        store.close().await.unwrap();
+        let turns = store.turn_counters().unwrap().snapshot();
+        merged += counter(&turns, "close_merges");
+        unfinished += counter(&turns, "close_merges_unfinished");
+    }
+    assert_eq!(
+        unfinished, 0,
+        "{unfinished} detaches left their merge unfinished"
+    );
+    // Each detach adds an L0, so every other one of nine has three sources
+    // to merge, unless the background compactor got there first.
+    println!("{merged} of 9 detaches merged");
+    assert!(merged >= 2, "{merged} detaches merged");
+    let reopened = Arc::new(Store::open(&uri, &StoreSettings::default()).await.unwrap());
+    let dump = moraine::catalog::dump_head(&reopened).await.unwrap();
+    assert_eq!(dump.head.snapshot_id, next - 1);
+}

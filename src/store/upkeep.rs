@@ -21,7 +21,9 @@ use crate::error::{slate, Error, Result};
 use object_store::path::Path;
 use object_store::ObjectStore;
 use slatedb::admin::Admin;
-use slatedb::compactor::{CompactionSpec, Compactor, SourceId};
+use slatedb::compactor::{
+    Compaction as CompactionJob, CompactionSpec, CompactionStatus, Compactor, SourceId,
+};
 use slatedb::config::{
     CompactionWorkerOptions, CompactorOptions, FlushOptions, FlushType,
     GarbageCollectorDirectoryOptions, GarbageCollectorOptions,
@@ -31,6 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, MutexGuard};
 use tokio::task::JoinHandle;
+use ulid::Ulid;
 
 /// How often the urgent compactor looks for work, and how often a caller
 /// waiting for a compaction looks at the manifest.
@@ -232,54 +235,129 @@ pub async fn nudge(db: &Db) -> Result<()> {
 /// Submits every L0 and sorted run into the oldest run and waits (until
 /// `deadline` from `started`) until the writer sees one run. Returns whether
 /// there was anything to merge.
+///
+/// The running compactor may have scheduled some of the same sources a moment
+/// earlier; SlateDB then fails this job when it validates it. So a job that
+/// failed, or whose sources another job took, is planned again from the
+/// manifest as it now is, until the deadline.
 pub async fn compact_fully(
     db: &Db,
     admin: &Admin,
     started: Instant,
     deadline: Duration,
 ) -> Result<bool> {
-    refresh(db).await?;
-    let manifest = db.manifest();
-    let mut sources: Vec<SourceId> = manifest
-        .l0()
-        .iter()
-        .map(|view| SourceId::SstView(view.id))
-        .collect();
-    sources.extend(
-        manifest
-            .compacted()
-            .iter()
-            .map(|run| SourceId::SortedRun(run.id)),
-    );
-    // One sorted run and no L0: nothing to merge.
-    if manifest.l0().is_empty() && sources.len() <= 1 {
-        return Ok(false);
-    }
-    let destination = manifest
-        .compacted()
-        .iter()
-        .map(|run| run.id)
-        .min()
-        .unwrap_or(0);
-    let merged_l0: Vec<_> = manifest.l0().iter().map(|view| view.id).collect();
-    submit_compaction(admin, CompactionSpec::new(sources, destination)).await?;
-    // Done once every merged L0 left the manifest and the runs became one
-    // (L0s flushed meanwhile by new commits may stay).
+    let mut merged = false;
     while started.elapsed() < deadline {
-        tokio::time::sleep(URGENT_POLL).await;
         refresh(db).await?;
-        let manifest = db.manifest();
-        let l0_left = manifest
-            .l0()
-            .iter()
-            .any(|view| merged_l0.contains(&view.id));
-        if !l0_left && manifest.compacted().len() <= 1 {
+        let Some(merge) = FullMerge::plan(&db.manifest()) else {
+            return Ok(merged);
+        };
+        let job = submit_compaction(admin, merge.spec()).await?;
+        merged = true;
+        if merge.wait(db, admin, job.id(), started, deadline).await? == Waited::Merged {
             return Ok(true);
         }
     }
     Err(Error::Store(format!(
         "a full compaction of the store did not finish within {deadline:?}"
     )))
+}
+
+/// One job that merges a tree into a single sorted run.
+struct FullMerge {
+    sources: Vec<SourceId>,
+    destination: u32,
+    /// The L0s it merges: a job leaves the manifest all at once, so once one
+    /// of them left while another stays, a different job took it.
+    l0: Vec<Ulid>,
+}
+
+#[derive(Debug, PartialEq)]
+enum Waited {
+    /// The merged L0s left and one run is left (L0s flushed meanwhile by new
+    /// commits may stay).
+    Merged,
+    /// The job failed or lost its sources: plan again.
+    Superseded,
+}
+
+/// How many manifest polls pass between two reads of the job's status: a
+/// job's failure shows nowhere else, but each read costs a list and a get.
+const POLLS_PER_STATUS_READ: u32 = 5;
+
+impl FullMerge {
+    /// The merge of every L0 and sorted run, or `None` when the tree is
+    /// already one run.
+    fn plan(manifest: &slatedb::VersionedManifest) -> Option<FullMerge> {
+        if manifest.l0().is_empty() && manifest.compacted().len() <= 1 {
+            return None;
+        }
+        let l0: Vec<Ulid> = manifest.l0().iter().map(|view| view.id).collect();
+        let mut sources: Vec<SourceId> = l0.iter().map(|id| SourceId::SstView(*id)).collect();
+        sources.extend(
+            manifest
+                .compacted()
+                .iter()
+                .map(|run| SourceId::SortedRun(run.id)),
+        );
+        let destination = manifest
+            .compacted()
+            .iter()
+            .map(|run| run.id)
+            .min()
+            .unwrap_or(0);
+        Some(FullMerge {
+            sources,
+            destination,
+            l0,
+        })
+    }
+
+    fn spec(&self) -> CompactionSpec {
+        CompactionSpec::new(self.sources.clone(), self.destination)
+    }
+
+    async fn wait(
+        &self,
+        db: &Db,
+        admin: &Admin,
+        job: Ulid,
+        started: Instant,
+        deadline: Duration,
+    ) -> Result<Waited> {
+        let mut polls = 0;
+        while started.elapsed() < deadline {
+            tokio::time::sleep(URGENT_POLL).await;
+            polls += 1;
+            refresh(db).await?;
+            let manifest = db.manifest();
+            let left = self
+                .l0
+                .iter()
+                .filter(|id| manifest.l0().iter().any(|view| view.id == **id))
+                .count();
+            if left == 0 && manifest.compacted().len() <= 1 {
+                return Ok(Waited::Merged);
+            }
+            if left > 0 && left < self.l0.len() {
+                return Ok(Waited::Superseded);
+            }
+            if polls % POLLS_PER_STATUS_READ == 0 && failed(admin, job).await? {
+                return Ok(Waited::Superseded);
+            }
+        }
+        Ok(Waited::Superseded)
+    }
+}
+
+/// Whether the compactor failed job `id`. A job no longer listed has ended,
+/// and the manifest tells how.
+async fn failed(admin: &Admin, id: Ulid) -> Result<bool> {
+    let job = admin
+        .read_compaction(id, None)
+        .await
+        .map_err(|e| slate("reading a compaction's status", e))?;
+    Ok(job.is_some_and(|job| job.status() == CompactionStatus::Failed))
 }
 
 /// How often a full compaction is resubmitted after SlateDB refused its job
@@ -290,11 +368,11 @@ const SUBMIT_ATTEMPTS: u32 = 5;
 /// job list, and refuses an id older than the newest job there; when the
 /// running compactor schedules a job in that millisecond, the submission is
 /// refused although nothing is wrong, so it is retried with a fresh id.
-async fn submit_compaction(admin: &Admin, spec: CompactionSpec) -> Result<()> {
+async fn submit_compaction(admin: &Admin, spec: CompactionSpec) -> Result<CompactionJob> {
     let mut attempt = 1;
     loop {
         match admin.submit_compaction(spec.clone()).await {
-            Ok(_) => return Ok(()),
+            Ok(job) => return Ok(job),
             Err(e) if attempt < SUBMIT_ATTEMPTS && is_job_id_race(&e) => {
                 attempt += 1;
                 tokio::time::sleep(Duration::from_millis(2)).await;
@@ -336,21 +414,31 @@ const CLOSE_COMPACTION_DEADLINE: Duration = Duration::from_secs(3);
 /// session that left fewer is cheap to open as it is.
 const CLOSE_MERGE_MIN_SOURCES: usize = 3;
 
+/// What a closing writer's final merge did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseMerge {
+    /// The tree was small enough to open as it is.
+    NotNeeded,
+    Merged,
+    /// The merge failed or missed its deadline; the next writer's compactor
+    /// picks the tree up where it is.
+    Unfinished,
+}
+
 /// Merges every L0 and sorted run into one run before a writer closes, so
 /// the next attach opens one SST instead of the L0s the session left (one
 /// per 128 commits and one per detach): on S3 each costs requests. The whole
 /// merge, the swap to the urgent compactor included, is bounded by a
-/// deadline; a merge that does not finish is abandoned, and the compactor of
-/// the next writer picks the tree up where it is.
+/// deadline.
 pub async fn merge_at_close(
     db: &Db,
     compaction: &Compaction,
     root: &Path,
     object_store: &Arc<dyn ObjectStore>,
-) {
+) -> CloseMerge {
     let manifest = db.manifest();
     if manifest.l0().len() + manifest.compacted().len() < CLOSE_MERGE_MIN_SOURCES {
-        return;
+        return CloseMerge::NotNeeded;
     }
     let merge = async {
         // The urgent compactor stays until the writer's close stops it.
@@ -358,7 +446,10 @@ pub async fn merge_at_close(
         let admin = admin(root, object_store);
         compact_fully(db, &admin, Instant::now(), CLOSE_COMPACTION_DEADLINE).await
     };
-    let _ = tokio::time::timeout(CLOSE_COMPACTION_DEADLINE, merge).await;
+    match tokio::time::timeout(CLOSE_COMPACTION_DEADLINE, merge).await {
+        Ok(Ok(_)) => CloseMerge::Merged,
+        _ => CloseMerge::Unfinished,
+    }
 }
 
 /// How long a closing writer spends deleting the logs its final flush made
