@@ -37,3 +37,26 @@ def test_sessions_that_commit_nothing_leave_the_next_attach_as_cheap(tmp):
     assert max(late) <= max(early) + 10, (early, late)
     print("reads of an attach after 12 sessions that committed nothing: %s GETs; after 60: %s"
           % (max(early), max(late)))
+
+
+def test_every_detach_of_writing_sessions_finishes_its_final_merge(tmp):
+    """A detach merges the store's tree into one sorted run once it holds three L0s or runs. The background compactor
+    may have scheduled some of those L0s a moment before; the merge used to wait out its 3 s deadline on the job SlateDB
+    then failed, on every third detach of a small lake (src/store/upkeep.rs, `compact_fully`)."""
+    harness.require_extension("moraine")
+    con = harness.connect()
+    for session in range(9):
+        con.execute(attach_sql(tmp))
+        if session == 0:
+            con.execute("CREATE TABLE lake.t (x INTEGER)")
+        for i in range(5):
+            con.execute("INSERT INTO lake.t VALUES (%d)" % i)
+        con.execute("DETACH lake")
+    con.execute(attach_sql(tmp))
+    stats = dict(con.execute("SELECT name, value FROM moraine_stats('lake')").fetchall())
+    assert con.execute("SELECT count(*) FROM lake.t").fetchall() == [(45,)]
+    con.close()
+    print("final merges of nine detaches: %s finished, %s unfinished"
+          % (stats["close_merges"], stats["close_merges_unfinished"]))
+    assert int(stats["close_merges_unfinished"]) == 0, stats
+    assert int(stats["close_merges"]) >= 2, stats

@@ -6,36 +6,14 @@
 mod common;
 
 use common::*;
-use moraine::catalog::Kind;
-use moraine::staged::StagedTransaction;
 use moraine::store::{Store, StoreSettings, StoreUri};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const COMMITS: i64 = 20;
 
-fn counter(pairs: &[(&'static str, u64)], name: &str) -> u64 {
-    pairs.iter().find(|(n, _)| *n == name).map_or(0, |p| p.1)
-}
-
 fn requests(store: &Store) -> u64 {
     store.requests().snapshot().iter().map(|(_, v)| v).sum()
-}
-
-async fn commit_next(store: &Arc<Store>, next: i64) {
-    let mut tx = StagedTransaction::new(store.clone());
-    let head = tx.premise().await.unwrap().unwrap().snapshot_id;
-    assert_eq!(head, next - 1, "a writer saw a stale head");
-    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(next, 1, 1, 0)])
-        .await
-        .unwrap();
-    tx.stage_insert(
-        fixed(Kind::SnapshotChanges),
-        vec![changes_row(next, "created_table:x")],
-    )
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
 }
 
 /// Opens `writers` writers of one fresh store and makes `COMMITS` commits,
@@ -85,41 +63,4 @@ async fn two_writers_take_turns_and_every_commit_lands_once() {
     let reopened = Arc::new(Store::open(&uri, &StoreSettings::default()).await.unwrap());
     let dump = moraine::catalog::dump_head(&reopened).await.unwrap();
     assert_eq!(dump.head.snapshot_id, COMMITS);
-}
-
-/// A detach merges the tree it leaves into one run once it holds three L0s
-/// or runs. The background compactor may already have scheduled some of
-/// those L0s into the same run; the merge then plans again instead of
-/// waiting out its deadline on a job SlateDB failed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_detach_that_merges_finishes_its_merge() {
-    let dir = tempfile::tempdir().unwrap();
-    let uri = StoreUri::parse(dir.path().to_str().unwrap()).unwrap();
-    let (mut merged, mut unfinished) = (0, 0);
-    let mut next = 1;
-    for session in 0..9 {
-        let store = Arc::new(Store::open(&uri, &StoreSettings::default()).await.unwrap());
-        if session == 0 {
-            bootstrap(&store).await;
-        }
-        for _ in 0..5 {
-            commit_next(&store, next).await;
-            next += 1;
-        }
-        store.close().await.unwrap();
-        let turns = store.turn_counters().unwrap().snapshot();
-        merged += counter(&turns, "close_merges");
-        unfinished += counter(&turns, "close_merges_unfinished");
-    }
-    assert_eq!(
-        unfinished, 0,
-        "{unfinished} detaches left their merge unfinished"
-    );
-    // Each detach adds an L0, so every other one of nine has three sources
-    // to merge, unless the background compactor got there first.
-    println!("{merged} of 9 detaches merged");
-    assert!(merged >= 2, "{merged} detaches merged");
-    let reopened = Arc::new(Store::open(&uri, &StoreSettings::default()).await.unwrap());
-    let dump = moraine::catalog::dump_head(&reopened).await.unwrap();
-    assert_eq!(dump.head.snapshot_id, next - 1);
 }

@@ -953,7 +953,9 @@ pub extern "C" fn moraine_db_stats(
                 "scan_rows_emitted",
                 SCAN_ROWS_EMITTED.load(Ordering::Relaxed),
             ),
-        ];
+        ]
+        .into_iter()
+        .chain(crate::store::upkeep::close_merge_counts());
         let cells = commits
             .into_iter()
             .chain(requests)

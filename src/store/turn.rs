@@ -141,14 +141,10 @@ pub struct TurnCounters {
     /// it on handing over: what a handover costs beyond the lease.
     open_ms: AtomicU64,
     close_ms: AtomicU64,
-    /// Detaches that merged the tree into one run, and those whose merge
-    /// failed or ran out of time (each leaves the next attach more to open).
-    close_merges: AtomicU64,
-    close_merges_unfinished: AtomicU64,
 }
 
 impl TurnCounters {
-    pub fn snapshot(&self) -> [(&'static str, u64); 9] {
+    pub fn snapshot(&self) -> [(&'static str, u64); 7] {
         [
             ("turns_taken", self.taken.load(Ordering::Relaxed)),
             (
@@ -160,11 +156,6 @@ impl TurnCounters {
             ("turn_ask_reads", self.ask_reads.load(Ordering::Relaxed)),
             ("turn_open_ms", self.open_ms.load(Ordering::Relaxed)),
             ("turn_close_ms", self.close_ms.load(Ordering::Relaxed)),
-            ("close_merges", self.close_merges.load(Ordering::Relaxed)),
-            (
-                "close_merges_unfinished",
-                self.close_merges_unfinished.load(Ordering::Relaxed),
-            ),
         ]
     }
 }
@@ -511,23 +502,13 @@ impl WriterTurn {
             .bounded("moving the memtable into an L0 SST", flush)
             .await;
         if flushed.is_ok() {
-            let merge = super::upkeep::merge_at_close(
+            super::upkeep::merge_at_close(
                 &held.writer.db,
                 &held.writer.compaction,
                 &self.root,
                 &self.object_store,
             )
             .await;
-            let counter = match merge {
-                super::upkeep::CloseMerge::NotNeeded => None,
-                super::upkeep::CloseMerge::Merged => Some(&self.counters.close_merges),
-                super::upkeep::CloseMerge::Unfinished => {
-                    Some(&self.counters.close_merges_unfinished)
-                }
-            };
-            if let Some(counter) = counter {
-                counter.fetch_add(1, Ordering::Relaxed);
-            }
         }
         let closed = self
             .bounded("closing SlateDB's writer", held.writer.close())

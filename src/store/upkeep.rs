@@ -29,6 +29,7 @@ use slatedb::config::{
     GarbageCollectorDirectoryOptions, GarbageCollectorOptions,
 };
 use slatedb::{CompactorBuilder, Db, SstBlockSize};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, MutexGuard};
@@ -414,15 +415,22 @@ const CLOSE_COMPACTION_DEADLINE: Duration = Duration::from_secs(3);
 /// session that left fewer is cheap to open as it is.
 const CLOSE_MERGE_MIN_SOURCES: usize = 3;
 
-/// What a closing writer's final merge did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloseMerge {
-    /// The tree was small enough to open as it is.
-    NotNeeded,
-    Merged,
-    /// The merge failed or missed its deadline; the next writer's compactor
-    /// picks the tree up where it is.
-    Unfinished,
+/// The closing writers of this process whose final merge left one sorted
+/// run, and those whose merge failed or missed its deadline (the next
+/// writer's compactor picks such a tree up where it is). Counted for the
+/// process, not the attach: an attach's writer closes when it detaches.
+static CLOSE_MERGES: AtomicU64 = AtomicU64::new(0);
+static CLOSE_MERGES_UNFINISHED: AtomicU64 = AtomicU64::new(0);
+
+/// The process's close-merge counters, by name.
+pub fn close_merge_counts() -> [(&'static str, u64); 2] {
+    [
+        ("close_merges", CLOSE_MERGES.load(Ordering::Relaxed)),
+        (
+            "close_merges_unfinished",
+            CLOSE_MERGES_UNFINISHED.load(Ordering::Relaxed),
+        ),
+    ]
 }
 
 /// Merges every L0 and sorted run into one run before a writer closes, so
@@ -435,10 +443,10 @@ pub async fn merge_at_close(
     compaction: &Compaction,
     root: &Path,
     object_store: &Arc<dyn ObjectStore>,
-) -> CloseMerge {
+) {
     let manifest = db.manifest();
     if manifest.l0().len() + manifest.compacted().len() < CLOSE_MERGE_MIN_SOURCES {
-        return CloseMerge::NotNeeded;
+        return;
     }
     let merge = async {
         // The urgent compactor stays until the writer's close stops it.
@@ -446,10 +454,11 @@ pub async fn merge_at_close(
         let admin = admin(root, object_store);
         compact_fully(db, &admin, Instant::now(), CLOSE_COMPACTION_DEADLINE).await
     };
-    match tokio::time::timeout(CLOSE_COMPACTION_DEADLINE, merge).await {
-        Ok(Ok(_)) => CloseMerge::Merged,
-        _ => CloseMerge::Unfinished,
-    }
+    let counter = match tokio::time::timeout(CLOSE_COMPACTION_DEADLINE, merge).await {
+        Ok(Ok(_)) => &CLOSE_MERGES,
+        _ => &CLOSE_MERGES_UNFINISHED,
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 /// How long a closing writer spends deleting the logs its final flush made

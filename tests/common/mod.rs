@@ -370,3 +370,25 @@ pub fn carries_retry_words(err: &moraine::Error) -> bool {
     let text = err.message().to_lowercase();
     moraine::error::RETRY_WORDS.iter().any(|w| text.contains(w))
 }
+
+/// The value of counter `name` in a counter snapshot.
+pub fn counter(pairs: &[(&'static str, u64)], name: &str) -> u64 {
+    pairs.iter().find(|(n, _)| *n == name).map_or(0, |p| p.1)
+}
+
+/// Commits snapshot `next` on top of snapshot `next - 1`, which must be the head.
+pub async fn commit_next(store: &Arc<Store>, next: i64) {
+    let mut tx = StagedTransaction::new(store.clone());
+    let head = tx.premise().await.unwrap().unwrap().snapshot_id;
+    assert_eq!(head, next - 1, "a writer saw a stale head");
+    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(next, 1, 1, 0)])
+        .await
+        .unwrap();
+    tx.stage_insert(
+        fixed(Kind::SnapshotChanges),
+        vec![changes_row(next, "created_table:x")],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+}
