@@ -22,7 +22,9 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 use slatedb::admin::Admin;
 use slatedb::compactor::{
-    Compaction as CompactionJob, CompactionSpec, CompactionStatus, Compactor, SourceId,
+    Compaction as CompactionJob, CompactionScheduler, CompactionSchedulerSupplier, CompactionSpec,
+    CompactionStatus, Compactor, CompactorStateView, SizeTieredCompactionSchedulerSupplier,
+    SourceId,
 };
 use slatedb::config::{
     CompactionWorkerOptions, CompactorOptions, FlushOptions, FlushType,
@@ -93,6 +95,60 @@ fn urgent_options(background: &CompactorOptions) -> CompactorOptions {
     }
 }
 
+/// The urgent compactor's scheduler: it runs only the jobs moraine submits,
+/// one at a time. SlateDB checks a submitted job against the manifest but
+/// not against the jobs in flight, so a full merge into run 0 submitted
+/// while the compactor's own job into run 0 ran would be started beside it
+/// (its executor asserts on that and the compactor dies). Here a submitted
+/// job fails while any other is in flight, and [`compact_fully`] plans
+/// again once it is done.
+struct SubmittedOnly;
+
+impl CompactionSchedulerSupplier for SubmittedOnly {
+    fn compaction_scheduler(
+        &self,
+        options: &CompactorOptions,
+    ) -> Box<dyn CompactionScheduler + Send + Sync> {
+        Box::new(SubmittedOnlyScheduler {
+            // Its rules for which sources may merge together still hold.
+            rules: SizeTieredCompactionSchedulerSupplier::new().compaction_scheduler(options),
+        })
+    }
+}
+
+struct SubmittedOnlyScheduler {
+    rules: Box<dyn CompactionScheduler + Send + Sync>,
+}
+
+impl CompactionScheduler for SubmittedOnlyScheduler {
+    fn propose(&self, _state: &CompactorStateView) -> Vec<CompactionSpec> {
+        Vec::new()
+    }
+
+    fn validate(
+        &self,
+        state: &CompactorStateView,
+        spec: &CompactionSpec,
+    ) -> std::result::Result<(), slatedb::Error> {
+        // SlateDB validates a job twice: when it is submitted, and once it
+        // is compacted, before it commits the output to the manifest; either
+        // time the job itself is listed.
+        let in_flight = state
+            .compactions()
+            .into_iter()
+            .flat_map(|c| c.recent_compactions())
+            .any(|job| {
+                job.active() && job.status() != CompactionStatus::Submitted && job.spec() != spec
+            });
+        if in_flight {
+            return Err(slatedb::Error::invalid(
+                "another compaction is in flight".into(),
+            ));
+        }
+        self.rules.validate(state, spec)
+    }
+}
+
 async fn stop(running: Option<Running>) {
     let Some(mut running) = running else {
         return;
@@ -138,16 +194,17 @@ impl Compaction {
     }
 
     fn launch(&self, urgent: bool) -> Running {
-        let options = if urgent {
-            urgent_options(&self.background)
-        } else {
-            self.background.clone()
-        };
-        let compactor = CompactorBuilder::new(self.root.clone(), self.object_store.clone())
-            .with_options(options)
+        let builder = CompactorBuilder::new(self.root.clone(), self.object_store.clone())
             // Rewritten SSTs keep the writer's block size.
-            .with_sst_block_size(self.block_size)
-            .build();
+            .with_sst_block_size(self.block_size);
+        let compactor = if urgent {
+            builder
+                .with_options(urgent_options(&self.background))
+                .with_scheduler_supplier(Arc::new(SubmittedOnly))
+        } else {
+            builder.with_options(self.background.clone())
+        }
+        .build();
         let runner = compactor.clone();
         // A compactor that fails stops compacting; the idle upkeep notices and
         // starts a new one.
