@@ -10,8 +10,17 @@
 //! statement from its own file). A scan needs no `Row`: it hands DuckDB one
 //! cell at a time. So rows read from an image stay packed, the part's bytes
 //! plus each cell's kind and value, and are decoded whole only when something
-//! needs them as rows: a transaction's overlay, a commit carrying them
-//! forward, a rowid resolved for DELETE or UPDATE (that one row only).
+//! needs them as rows: a transaction's overlay, a commit that changes them
+//! other than by appending, a rowid resolved for DELETE or UPDATE (that one
+//! row only).
+//!
+//! Rows kept across transactions are packed too, whether they came from an
+//! image or from the records, and stay packed: a commit that only inserts
+//! appends its rows as a part of their own, and one that changes them
+//! otherwise packs them again. A scan then reads each column as a run of
+//! nine-byte cells rather than one heap block per row: the head query reads
+//! every `ducklake_snapshot` row in every transaction, and on decoded rows
+//! that cost grew with history (2.2 % of a commit at 4,800 snapshots).
 
 use super::Row;
 use crate::error::{Error, Result};
@@ -100,6 +109,27 @@ impl Rows {
         result
     }
 
+    /// Appends `added` to the rows. Packed rows stay packed: the added ones
+    /// are encoded into a part of their own, so carrying a big table across
+    /// a commit that only inserts costs the inserted rows, not the table.
+    pub fn extend<'a>(&mut self, added: impl IntoIterator<Item = &'a Row>) {
+        let added: Vec<&Row> = added.into_iter().collect();
+        if added.is_empty() {
+            return;
+        }
+        if let (None, Some(packed)) = (self.decoded.get(), self.packed.as_mut()) {
+            let mut part = Vec::new();
+            for row in &added {
+                put_row(&mut part, row);
+            }
+            // Rows of another width are decoded with the rest instead.
+            if matches!(packed.add_part(Bytes::from(part), 0, added.len()), Ok(true)) {
+                return;
+            }
+        }
+        self.change(|rows| rows.extend(added.into_iter().cloned()));
+    }
+
     /// Appends row `row` as the image stores it ([`put_row`]); packed rows
     /// are encoded from their cells without being decoded.
     pub fn put_row(&self, row: usize, out: &mut Vec<u8>) {
@@ -121,6 +151,67 @@ impl Rows {
 }
 
 impl Packed {
+    /// Adds the `count` rows that start `at` bytes into `part` and run to
+    /// its end. `Ok(false)`: a row is not of this width. Either way, a part
+    /// that is not added leaves the rows as they were.
+    fn add_part(&mut self, part: Bytes, at: usize, count: usize) -> Result<bool> {
+        let (rows, cells) = (self.row_part.len(), self.kinds.len());
+        let added = self.add_cells(&part, at, count);
+        match added {
+            Ok(true) => self.parts.push(part),
+            _ => {
+                self.row_part.truncate(rows);
+                self.kinds.truncate(cells);
+                self.values.truncate(cells);
+            }
+        }
+        added
+    }
+
+    /// The cells of [`Packed::add_part`], as they are read.
+    fn add_cells(&mut self, part: &Bytes, at: usize, count: usize) -> Result<bool> {
+        let width = self.width;
+        let index = u32::try_from(self.parts.len())
+            .map_err(|_| Error::corruption("too many image parts"))?;
+        let body = part
+            .get(at..)
+            .ok_or_else(|| Error::corruption("image part ends early"))?;
+        let span = |bytes: &[u8]| -> Result<u64> {
+            let start = bytes.as_ptr() as usize - part.as_ptr() as usize;
+            match (u32::try_from(start), u32::try_from(bytes.len())) {
+                (Ok(start), Ok(len)) => Ok(u64::from(start) << 32 | u64::from(len)),
+                _ => Err(Error::corruption("image part larger than 4 GiB")),
+            }
+        };
+        let mut reader = Reader::new(body);
+        self.row_part.reserve(count);
+        self.kinds.reserve(count * width);
+        self.values.reserve(count * width);
+        for _ in 0..count {
+            if reader.length()? != width {
+                return Ok(false);
+            }
+            for _ in 0..width {
+                let (kind, value) = match reader.cell_ref()? {
+                    CellRef::Null => (CellKind::Null, 0),
+                    CellRef::Int(v) => (CellKind::Int, v as u64),
+                    CellRef::Bool(b) => (CellKind::Bool, u64::from(b)),
+                    CellRef::Text(text) => {
+                        std::str::from_utf8(text)
+                            .map_err(|_| Error::corruption("text cell is not UTF-8"))?;
+                        (CellKind::Text, span(text)?)
+                    }
+                    CellRef::Blob(bytes) => (CellKind::Blob, span(bytes)?),
+                };
+                self.kinds.push(kind);
+                self.values.push(value);
+            }
+            self.row_part.push(index);
+        }
+        reader.finish()?;
+        Ok(true)
+    }
+
     fn len(&self) -> usize {
         self.row_part.len()
     }
@@ -184,6 +275,33 @@ impl Clone for Rows {
     }
 }
 
+impl Rows {
+    /// `rows`, packed: what a table kept for many transactions is held as,
+    /// since a scan reads packed cells in order without chasing a heap
+    /// block per row. Rows of unequal width stay decoded.
+    pub fn packed(rows: Vec<Row>) -> Rows {
+        let Some(width) = rows.first().map(Vec::len) else {
+            return Rows::from(rows);
+        };
+        let mut part = Vec::new();
+        for row in &rows {
+            put_row(&mut part, row);
+        }
+        let mut builder = PackedBuilder::new(width);
+        match builder.add_part(Bytes::from(part), 0, rows.len()) {
+            Ok(true) => builder.finish(),
+            _ => Rows::from(rows),
+        }
+    }
+
+    /// Packs decoded rows again, after [`Rows::change`].
+    pub fn repack(&mut self) {
+        if let Some(rows) = self.decoded.take() {
+            *self = Rows::packed(rows);
+        }
+    }
+}
+
 impl From<Vec<Row>> for Rows {
     fn from(rows: Vec<Row>) -> Self {
         Rows {
@@ -240,48 +358,7 @@ impl PackedBuilder {
     /// Adds the `count` rows that start `at` bytes into `part` and run to
     /// its end. `Ok(false)`: a row is not of the builder's width.
     pub fn add_part(&mut self, part: Bytes, at: usize, count: usize) -> Result<bool> {
-        let width = self.packed.width;
-        let index = u32::try_from(self.packed.parts.len())
-            .map_err(|_| Error::corruption("too many image parts"))?;
-        let body = part
-            .get(at..)
-            .ok_or_else(|| Error::corruption("image part ends early"))?;
-        let span = |bytes: &[u8]| -> Result<u64> {
-            let start = bytes.as_ptr() as usize - part.as_ptr() as usize;
-            match (u32::try_from(start), u32::try_from(bytes.len())) {
-                (Ok(start), Ok(len)) => Ok(u64::from(start) << 32 | u64::from(len)),
-                _ => Err(Error::corruption("image part larger than 4 GiB")),
-            }
-        };
-        let mut reader = Reader::new(body);
-        let packed = &mut self.packed;
-        packed.row_part.reserve(count);
-        packed.kinds.reserve(count * width);
-        packed.values.reserve(count * width);
-        for _ in 0..count {
-            if reader.length()? != width {
-                return Ok(false);
-            }
-            for _ in 0..width {
-                let (kind, value) = match reader.cell_ref()? {
-                    CellRef::Null => (CellKind::Null, 0),
-                    CellRef::Int(v) => (CellKind::Int, v as u64),
-                    CellRef::Bool(b) => (CellKind::Bool, u64::from(b)),
-                    CellRef::Text(text) => {
-                        std::str::from_utf8(text)
-                            .map_err(|_| Error::corruption("text cell is not UTF-8"))?;
-                        (CellKind::Text, span(text)?)
-                    }
-                    CellRef::Blob(bytes) => (CellKind::Blob, span(bytes)?),
-                };
-                packed.kinds.push(kind);
-                packed.values.push(value);
-            }
-            packed.row_part.push(index);
-        }
-        reader.finish()?;
-        packed.parts.push(part);
-        Ok(true)
+        self.packed.add_part(part, at, count)
     }
 
     pub fn finish(self) -> Rows {
@@ -387,5 +464,45 @@ mod tests {
         part[text] = 0xff;
         let mut builder = PackedBuilder::new(4);
         assert!(builder.add_part(Bytes::from(part), 0, 1).is_err());
+    }
+
+    #[test]
+    fn packed_rows_take_appends_without_being_decoded() {
+        let rows = sample();
+        let mut packed = packed(&rows, 100);
+        let copy = packed.clone();
+        packed.extend(&rows[..2]);
+        assert!(packed.decoded.get().is_none());
+        assert_eq!(packed.len(), rows.len() + 2);
+        let mut expected = rows.clone();
+        expected.extend_from_slice(&rows[..2]);
+        assert_eq!(&*packed, expected.as_slice());
+
+        // A row of another width cannot be packed beside them: the rows are
+        // decoded, and nothing of the refused part stays.
+        let mut copy = copy;
+        assert_eq!(copy.len(), rows.len());
+        let odd = vec![Cell::Int(1)];
+        copy.extend([&rows[0], &odd]);
+        let mut expected = rows.clone();
+        expected.push(rows[0].clone());
+        expected.push(odd);
+        assert_eq!(&*copy, expected.as_slice());
+    }
+
+    #[test]
+    fn decoded_rows_pack_and_repack_to_the_same_rows() {
+        let rows = sample();
+        let packed = Rows::packed(rows.clone());
+        assert!(packed.decoded.get().is_none());
+        assert_eq!(&*packed, rows.as_slice());
+        let mut changed = packed.clone();
+        changed.change(|rows| rows.truncate(3));
+        changed.repack();
+        assert!(changed.decoded.get().is_none());
+        assert_eq!(&*changed, &rows[..3]);
+        let uneven = vec![vec![Cell::Int(1)], vec![Cell::Int(1), Cell::Null]];
+        assert_eq!(&*Rows::packed(uneven.clone()), uneven.as_slice());
+        assert!(Rows::packed(Vec::new()).is_empty());
     }
 }

@@ -316,23 +316,33 @@ pub async fn committed_data_rows(
 /// one begin snapshot and ascending row ids. A chunk split by a partial
 /// delete keeps its rows in this order whatever sequences its parts get.
 pub fn sort_data_rows(rows: &mut [Row]) {
-    fn order(r: &Row) -> (Option<&Cell>, Option<&Cell>) {
+    rows.sort_by(data_row_order);
+}
+
+/// The order of [`sort_data_rows`].
+pub fn data_row_order(a: &Row, b: &Row) -> std::cmp::Ordering {
+    fn key(r: &Row) -> (Option<&Cell>, Option<&Cell>) {
         (r.get(BEGIN_SNAPSHOT), r.get(ROW_ID))
     }
-    rows.sort_by(|a, b| order(a).cmp(&order(b)));
+    key(a).cmp(&key(b))
 }
 
 /// Inlined deletions in insertion order: by the snapshot that deleted them,
 /// then by file and row.
 pub fn sort_delete_rows(rows: &mut [Row]) {
-    fn order(r: &Row) -> (Option<&Cell>, Option<&Cell>, Option<&Cell>) {
+    rows.sort_by(delete_row_order);
+}
+
+/// The order of [`sort_delete_rows`].
+pub fn delete_row_order(a: &Row, b: &Row) -> std::cmp::Ordering {
+    fn key(r: &Row) -> (Option<&Cell>, Option<&Cell>, Option<&Cell>) {
         (
             r.get(DELETED_BEGIN_SNAPSHOT),
             r.get(DELETED_FILE_ID),
             r.get(DELETED_ROW_ID),
         )
     }
-    rows.sort_by(|a, b| order(a).cmp(&order(b)));
+    key(a).cmp(&key(b))
 }
 
 pub async fn committed_delete_rows(

@@ -389,7 +389,7 @@ impl StagedTransaction {
             shared.rows.offer(pinned.head, table, &rows);
             return Ok(rows);
         }
-        let rows = Arc::new(Rows::from(
+        let rows = Arc::new(Rows::packed(
             committed_records(&store, &pinned.view, table).await?,
         ));
         pinned.rows.insert(table, rows.clone());

@@ -107,6 +107,36 @@ pub fn apply_in_place(table: TableRef, rows: &mut Vec<Row>, ops: &[StagedOp]) {
     canonical_order(table, rows);
 }
 
+/// The rows `ops` add to `table` after `last`, when adding them is all the
+/// operations do to it and appending keeps the order the store serves: then
+/// carrying the table across the commit is an append.
+pub fn only_appended(
+    table: TableRef,
+    ops: &[StagedOp],
+    last: impl FnOnce() -> Option<Row>,
+) -> Option<Vec<&Row>> {
+    let mut added = Vec::new();
+    for op in ops.iter().filter(|op| op.table() == table) {
+        match op {
+            StagedOp::Insert { row, .. } => added.push(row),
+            _ => return None,
+        }
+    }
+    let order = match table {
+        TableRef::InlineData { .. } => inline::data_row_order,
+        TableRef::InlineDelete { .. } => inline::delete_row_order,
+        TableRef::Fixed(_) => return Some(added),
+    };
+    let last = last();
+    let in_order = last
+        .iter()
+        .chain(added.iter().copied())
+        .collect::<Vec<_>>()
+        .windows(2)
+        .all(|pair| order(pair[0], pair[1]).is_le());
+    in_order.then_some(added)
+}
+
 /// Keeps the order the store serves for tables whose order is derived from
 /// their cells rather than kept by ordinals.
 pub fn canonical_order(table: TableRef, rows: &mut [Row]) {
@@ -254,5 +284,33 @@ mod tests {
         let mut children = vec![row(&[1, 7]), row(&[2, 8]), row(&[3, 9])];
         retain_linked(changes, &mut children, &[row(&[1]), row(&[3])]);
         assert_eq!(children, vec![row(&[1, 7]), row(&[3, 9])]);
+    }
+
+    #[test]
+    fn inserts_alone_are_an_append_unless_they_would_break_the_served_order() {
+        let insert = |table, row| StagedOp::Insert { table, row };
+        let ops = vec![insert(T, row(&[5])), insert(T, row(&[4]))];
+        let added = only_appended(T, &ops, || None).unwrap();
+        assert_eq!(added, vec![&row(&[5]), &row(&[4])]);
+        let mut deleting = ops.clone();
+        deleting.push(StagedOp::Delete {
+            table: T,
+            row: row(&[1]),
+        });
+        assert_eq!(only_appended(T, &deleting, || None), None);
+
+        // Inlined rows are served by begin snapshot, then row id.
+        let inline = TableRef::InlineData {
+            table_id: 1,
+            schema_version: 1,
+        };
+        let later = vec![insert(inline, row(&[7, 3])), insert(inline, row(&[8, 3]))];
+        assert_eq!(
+            only_appended(inline, &later, || Some(row(&[6, 2]))).map(|a| a.len()),
+            Some(2)
+        );
+        assert_eq!(only_appended(inline, &later, || Some(row(&[9, 3]))), None);
+        let reversed = vec![insert(inline, row(&[8, 3])), insert(inline, row(&[7, 3]))];
+        assert_eq!(only_appended(inline, &reversed, || None), None);
     }
 }

@@ -168,7 +168,15 @@ impl SharedRows {
                 .collect();
             for table in touched {
                 if let Some(rows) = s.tables.get_mut(&table) {
-                    Arc::make_mut(rows).change(|rows| overlay::apply_in_place(table, rows, ops));
+                    let rows = Arc::make_mut(rows);
+                    let last = || rows.len().checked_sub(1).and_then(|at| rows.row(at));
+                    match overlay::only_appended(table, ops, last) {
+                        Some(added) => rows.extend(added),
+                        None => {
+                            rows.change(|rows| overlay::apply_in_place(table, rows, ops));
+                            rows.repack();
+                        }
+                    }
                 }
             }
             let orphaned: Vec<TableRef> = s
