@@ -52,6 +52,12 @@ struct Packed {
     values: Vec<u64>,
 }
 
+/// How many parts packed rows may reach by appends before they are packed
+/// into one again: a commit appends one, so this bounds their overhead
+/// (a few dozen bytes each) while the rewrite costs a commit 1/256 of the
+/// table.
+const MAX_APPENDED_PARTS: usize = 256;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CellKind {
     Null,
@@ -124,6 +130,9 @@ impl Rows {
             }
             // Rows of another width are decoded with the rest instead.
             if matches!(packed.add_part(Bytes::from(part), 0, added.len()), Ok(true)) {
+                if packed.parts.len() > MAX_APPENDED_PARTS {
+                    packed.consolidate();
+                }
                 return;
             }
         }
@@ -151,6 +160,16 @@ impl Rows {
 }
 
 impl Packed {
+    fn empty(width: usize) -> Packed {
+        Packed {
+            parts: Vec::new(),
+            width,
+            row_part: Vec::new(),
+            kinds: Vec::new(),
+            values: Vec::new(),
+        }
+    }
+
     /// Adds the `count` rows that start `at` bytes into `part` and run to
     /// its end. `Ok(false)`: a row is not of this width. Either way, a part
     /// that is not added leaves the rows as they were.
@@ -214,6 +233,20 @@ impl Packed {
 
     fn len(&self) -> usize {
         self.row_part.len()
+    }
+
+    /// The same rows in one part, which frees the small parts appends left.
+    fn consolidate(&mut self) {
+        let mut part = Vec::new();
+        for row in 0..self.len() {
+            self.put_row(row, &mut part);
+        }
+        let mut one = Packed::empty(self.width);
+        // Cells that were read once read again; should they not, the rows
+        // stay as they are.
+        if matches!(one.add_part(Bytes::from(part), 0, self.len()), Ok(true)) {
+            *self = one;
+        }
     }
 
     #[inline]
@@ -345,13 +378,7 @@ pub struct PackedBuilder {
 impl PackedBuilder {
     pub fn new(width: usize) -> Self {
         PackedBuilder {
-            packed: Packed {
-                parts: Vec::new(),
-                width,
-                row_part: Vec::new(),
-                kinds: Vec::new(),
-                values: Vec::new(),
-            },
+            packed: Packed::empty(width),
         }
     }
 
@@ -504,5 +531,25 @@ mod tests {
         let uneven = vec![vec![Cell::Int(1)], vec![Cell::Int(1), Cell::Null]];
         assert_eq!(&*Rows::packed(uneven.clone()), uneven.as_slice());
         assert!(Rows::packed(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn appends_one_at_a_time_are_packed_into_one_part_now_and_then() {
+        let rows = sample();
+        let mut packed = Rows::packed(rows[..1].to_vec());
+        for row in &rows[1..] {
+            packed.extend([row]);
+        }
+        let parts = packed.packed.as_ref().map(|p| p.parts.len());
+        assert!(
+            parts.is_some_and(|n| n <= MAX_APPENDED_PARTS),
+            "{parts:?} parts"
+        );
+        assert!(packed.decoded.get().is_none());
+        for (i, row) in rows.iter().enumerate() {
+            for (j, cell) in row.iter().enumerate() {
+                assert_eq!(packed.cell(i, j), cell.as_cell_ref());
+            }
+        }
     }
 }
