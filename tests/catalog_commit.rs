@@ -76,15 +76,7 @@ async fn racing_commits_one_lands_the_other_gets_conflict() {
     a.premise().await.unwrap();
     b.premise().await.unwrap();
     for (tx, id) in [(&mut a, 1), (&mut b, 1)] {
-        tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(id, 1, 3, 0)])
-            .await
-            .unwrap();
-        tx.stage_insert(
-            fixed(Kind::SnapshotChanges),
-            vec![changes_row(id, "created_table:x")],
-        )
-        .await
-        .unwrap();
+        stage_snapshot(tx, snapshot_row(id, 1, 3, 0), "created_table:x").await;
     }
     assert_eq!(a.commit().await.unwrap(), CommitOutcome::Snapshot(1));
     let err = b.commit().await.unwrap_err();

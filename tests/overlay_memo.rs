@@ -50,15 +50,7 @@ async fn overlaid_rows_kept_across_statements_match_the_whole_overlay() {
     let mut tx = StagedTransaction::new(store.clone());
     check(&store, &mut tx, "nothing staged").await;
     for id in 1..4 {
-        tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(id, 0, 1, 0)])
-            .await
-            .unwrap();
-        tx.stage_insert(
-            fixed(Kind::SnapshotChanges),
-            vec![changes_row(id, "inserted")],
-        )
-        .await
-        .unwrap();
+        stage_snapshot(&mut tx, snapshot_row(id, 0, 1, 0), "inserted").await;
         check(&store, &mut tx, &format!("inserting snapshot {id}")).await;
     }
     let (base, snapshots) = tx.scan(fixed(Kind::Snapshot)).await.unwrap();

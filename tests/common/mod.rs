@@ -381,14 +381,20 @@ pub async fn commit_next(store: &Arc<Store>, next: i64) {
     let mut tx = StagedTransaction::new(store.clone());
     let head = tx.premise().await.unwrap().unwrap().snapshot_id;
     assert_eq!(head, next - 1, "a writer saw a stale head");
-    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot_row(next, 1, 1, 0)])
+    stage_snapshot(&mut tx, snapshot_row(next, 1, 1, 0), "created_table:x").await;
+    tx.commit().await.unwrap();
+}
+
+/// Stages a snapshot row and its changes row.
+pub async fn stage_snapshot(tx: &mut StagedTransaction, snapshot: Row, changes: &str) {
+    let id = match snapshot.first() {
+        Some(Cell::Int(id)) => *id,
+        other => panic!("a snapshot row starts with its id, not {other:?}"),
+    };
+    tx.stage_insert(fixed(Kind::Snapshot), vec![snapshot])
         .await
         .unwrap();
-    tx.stage_insert(
-        fixed(Kind::SnapshotChanges),
-        vec![changes_row(next, "created_table:x")],
-    )
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
+    tx.stage_insert(fixed(Kind::SnapshotChanges), vec![changes_row(id, changes)])
+        .await
+        .unwrap();
 }
