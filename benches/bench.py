@@ -145,28 +145,44 @@ def make_history(con, h):
 
 
 # Cold attaches timed at each point of a growth run; their median is reported.
-ATTACH_SAMPLES = 5
+ATTACH_SAMPLES = 9
 # The history at which the reference attach is timed.
 EARLY_HISTORY = 100
 # Expiries of each grown lake, each from a copy of it; their median is reported.
 EXPIRY_SAMPLES = 3
 
 
-def cold_attach_ms(backend, t, kind):
-    """The median of ATTACH_SAMPLES cold attaches of the lake at t, each in a fresh database with its extensions
-    already loaded: ATTACH, USE and the first query, as a user's first statement against the lake."""
-    samples = []
-    for _ in range(ATTACH_SAMPLES):
-        con = harness.connect(load=backend.extensions)
+def cold_attach_once_ms(backend, t, kind):
+    """One cold attach of the lake at t in a fresh database with its extensions already loaded: ATTACH, USE and
+    the first query, as a user's first statement against the lake."""
+    con = harness.connect(load=backend.extensions)
+    try:
         con.execute("SET threads=1")
         attach = backend.attach_sql(t, parquet_only=(kind == "parquet"))
         start = time.perf_counter()
         con.execute(attach)
         con.execute("USE lake")
         con.execute("SELECT count(*) FROM g").fetchall()
-        samples.append((time.perf_counter() - start) * 1000.0)
+        return (time.perf_counter() - start) * 1000.0
+    finally:
         con.close()
-    return statistics.median(samples)
+
+
+def cold_attaches_ms(backends_, lakes, kind):
+    """The median of ATTACH_SAMPLES cold attaches of each back-end's lake. The back-ends take turns sample by
+    sample, the order rotating, so a slow minute of this shared VM lands on all of them alike. Returns
+    ({name: median}, {name: the error that stopped its samples})."""
+    samples, failed = {b.name: [] for b in backends_}, {}
+    for k in range(ATTACH_SAMPLES):
+        turn = backends_[k % len(backends_):] + backends_[:k % len(backends_)]
+        for b in turn:
+            if b.name in failed:
+                continue
+            try:
+                samples[b.name].append(cold_attach_once_ms(b, lakes[b.name], kind))
+            except Exception as e:  # noqa: BLE001 - reported by the caller
+                failed[b.name] = e
+    return {name: statistics.median(v) for name, v in samples.items() if name not in failed}, failed
 
 
 def run_growth(backends_, scale, tmp_root, kind, skipped):
@@ -200,8 +216,10 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
             names = list(cons)
             for name in names:
                 cons.pop(name).close()
-            for name in names:
-                early[name] = cold_attach_ms(by_name[name], lakes[name], kind)
+            early, failed = cold_attaches_ms([by_name[name] for name in names], lakes, kind)
+            for name, e in failed.items():
+                drop(name, e)
+            names = list(early)
             for name in names:
                 cons[name] = by_name[name].connect(lakes[name], parquet_only=parquet_only)
         names = list(cons)
@@ -213,14 +231,16 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
     names = list(cons)
     for name in names:
         cons.pop(name).close()
-    attach = {}
-    for name in names:
+    attach, failed = cold_attaches_ms([by_name[name] for name in names], lakes, kind)
+    for name, e in failed.items():
+        drop(name, e)
+    for name in list(attach):
         try:
-            attach[name] = cold_attach_ms(by_name[name], lakes[name], kind)
             if by_name[name].copyable:
                 shutil.copytree(lakes[name], lakes[name] + ".grown")
         except Exception as e:  # noqa: BLE001
             drop(name, e)
+            attach.pop(name)
     # An expiry changes its lake, so each sample starts from a copy of the grown lake (a back-end whose
     # catalog lives in a server gets one sample); the back-ends take turns, sample by sample.
     expire, cleanup = {name: [] for name in attach}, {name: [] for name in attach}
