@@ -152,6 +152,12 @@ EARLY_HISTORY = 100
 EXPIRY_SAMPLES = 3
 
 
+def rotated(items, k):
+    """items, started at position k (modulo their number): turn k of a round in which everyone goes once."""
+    k %= len(items)
+    return items[k:] + items[:k]
+
+
 def cold_attach_once_ms(backend, t, kind):
     """One cold attach of the lake at t in a fresh database with its extensions already loaded: ATTACH, USE and
     the first query, as a user's first statement against the lake."""
@@ -174,8 +180,7 @@ def cold_attaches_ms(backends_, lakes, kind):
     ({name: median}, {name: the error that stopped its samples})."""
     samples, failed = {b.name: [] for b in backends_}, {}
     for k in range(ATTACH_SAMPLES):
-        turn = backends_[k % len(backends_):] + backends_[:k % len(backends_)]
-        for b in turn:
+        for b in rotated(backends_, k):
             if b.name in failed:
                 continue
             try:
@@ -223,7 +228,7 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
             for name in names:
                 cons[name] = by_name[name].connect(lakes[name], parquet_only=parquet_only)
         names = list(cons)
-        for name in names[i % len(names):] + names[:i % len(names)]:
+        for name in rotated(names, i):
             try:
                 lat[name].append(timed(lambda: cons[name].execute("INSERT INTO g VALUES (%d)" % i)))
             except Exception as e:  # noqa: BLE001

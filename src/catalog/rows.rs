@@ -115,6 +115,30 @@ impl Rows {
         result
     }
 
+    /// `rows`, packed: what a table kept for many transactions is held as,
+    /// since a scan reads packed cells in order without chasing a heap
+    /// block per row. Rows of unequal width stay decoded.
+    pub fn packed(rows: Vec<Row>) -> Rows {
+        let Some(width) = rows.first().map(Vec::len) else {
+            return Rows::from(rows);
+        };
+        let mut packed = Packed::empty(width);
+        if !packed.append(&rows.iter().collect::<Vec<_>>()) {
+            return Rows::from(rows);
+        }
+        Rows {
+            packed: Some(packed),
+            decoded: OnceLock::new(),
+        }
+    }
+
+    /// Packs decoded rows again, after [`Rows::change`].
+    pub fn repack(&mut self) {
+        if let Some(rows) = self.decoded.take() {
+            *self = Rows::packed(rows);
+        }
+    }
+
     /// Appends `added` to the rows. Packed rows stay packed: the added ones
     /// are encoded into a part of their own, so carrying a big table across
     /// a commit that only inserts costs the inserted rows, not the table.
@@ -124,12 +148,8 @@ impl Rows {
             return;
         }
         if let (None, Some(packed)) = (self.decoded.get(), self.packed.as_mut()) {
-            let mut part = Vec::new();
-            for row in &added {
-                put_row(&mut part, row);
-            }
             // Rows of another width are decoded with the rest instead.
-            if matches!(packed.add_part(Bytes::from(part), 0, added.len()), Ok(true)) {
+            if packed.append(&added) {
                 if packed.parts.len() > MAX_APPENDED_PARTS {
                     packed.consolidate();
                 }
@@ -231,6 +251,16 @@ impl Packed {
         Ok(true)
     }
 
+    /// Encodes `rows` into a part of their own and adds it; `false` (and
+    /// nothing added) when a row is not of this width.
+    fn append(&mut self, rows: &[&Row]) -> bool {
+        let mut part = Vec::new();
+        for row in rows {
+            put_row(&mut part, row);
+        }
+        matches!(self.add_part(Bytes::from(part), 0, rows.len()), Ok(true))
+    }
+
     fn len(&self) -> usize {
         self.row_part.len()
     }
@@ -304,33 +334,6 @@ impl Clone for Rows {
                 packed: self.packed.clone(),
                 decoded: OnceLock::new(),
             },
-        }
-    }
-}
-
-impl Rows {
-    /// `rows`, packed: what a table kept for many transactions is held as,
-    /// since a scan reads packed cells in order without chasing a heap
-    /// block per row. Rows of unequal width stay decoded.
-    pub fn packed(rows: Vec<Row>) -> Rows {
-        let Some(width) = rows.first().map(Vec::len) else {
-            return Rows::from(rows);
-        };
-        let mut part = Vec::new();
-        for row in &rows {
-            put_row(&mut part, row);
-        }
-        let mut builder = PackedBuilder::new(width);
-        match builder.add_part(Bytes::from(part), 0, rows.len()) {
-            Ok(true) => builder.finish(),
-            _ => Rows::from(rows),
-        }
-    }
-
-    /// Packs decoded rows again, after [`Rows::change`].
-    pub fn repack(&mut self) {
-        if let Some(rows) = self.decoded.take() {
-            *self = Rows::packed(rows);
         }
     }
 }

@@ -250,8 +250,12 @@ pub async fn refresh(db: &Db) -> Result<()> {
 /// Whether the tree is more than one sorted run: something a full
 /// compaction would merge.
 pub fn untidy(db: &Db) -> bool {
-    let manifest = db.manifest();
-    !manifest.l0().is_empty() || manifest.compacted().len() > 1
+    !is_one_run(&db.manifest())
+}
+
+/// Whether the tree is a single sorted run (or empty) with no L0.
+fn is_one_run(manifest: &slatedb::VersionedManifest) -> bool {
+    manifest.l0().is_empty() && manifest.compacted().len() <= 1
 }
 
 /// Writes everything pending into a new L0 SST and the manifest, so it no
@@ -347,7 +351,7 @@ impl FullMerge {
     /// The merge of every L0 and sorted run, or `None` when the tree is
     /// already one run.
     fn plan(manifest: &slatedb::VersionedManifest) -> Option<FullMerge> {
-        if manifest.l0().is_empty() && manifest.compacted().len() <= 1 {
+        if is_one_run(manifest) {
             return None;
         }
         let l0: Vec<Ulid> = manifest.l0().iter().map(|view| view.id).collect();
