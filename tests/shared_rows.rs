@@ -2,7 +2,8 @@
 //! exactly what the store serves — same rows, same order — after every kind
 //! of commit: new tables, files with partition values, ended and rewritten
 //! files, stats updated in place, inlined rows inserted, ended and deleted,
-//! inlined deletions, and an expiry cascade.
+//! inlined deletions, and an expiry cascade; some commits after the
+//! transaction read its own writes back, so that they carry its overlays.
 
 mod common;
 
@@ -90,6 +91,16 @@ impl Attach {
 
     async fn scan(&self, tx: &mut StagedTransaction, kind: Kind) -> (i64, Arc<Rows>) {
         tx.scan(fixed(kind)).await.unwrap()
+    }
+}
+
+/// Reads every table through `tx` before it commits, as DuckLake's expiry
+/// reads the snapshots it has just deleted: the commit then carries those
+/// overlays forward instead of applying its operations again.
+async fn read_back(tx: &mut StagedTransaction) {
+    for name in tx.list_tables().await.unwrap() {
+        let table = TableRef::parse(&name).unwrap();
+        tx.visible_rows(table).await.unwrap();
     }
 }
 
@@ -210,6 +221,7 @@ async fn shared_rows_match_the_store_after_every_kind_of_commit() {
     .unwrap();
     stage(&mut tx, Kind::DataFile, data_file_row(next_file, 1, 9)).await;
     stage(&mut tx, Kind::SnapshotChanges, changes_row(9, "rewrite")).await;
+    read_back(&mut tx).await;
     tx.commit().await.unwrap();
     lake.check("rewrite").await;
 
@@ -278,6 +290,7 @@ async fn shared_rows_match_the_store_after_every_kind_of_commit() {
         changes_row(14, "inlined_delete:1"),
     )
     .await;
+    read_back(&mut tx).await;
     tx.commit().await.unwrap();
     lake.check("inline end").await;
     // Flush-style delete of a row in the middle of a chunk.
@@ -287,6 +300,7 @@ async fn shared_rows_match_the_store_after_every_kind_of_commit() {
     tx.stage_delete(inlined, &[base + middle as i64])
         .await
         .unwrap();
+    read_back(&mut tx).await;
     tx.commit().await.unwrap();
     lake.check("inline partial delete").await;
 
@@ -304,6 +318,7 @@ async fn shared_rows_match_the_store_after_every_kind_of_commit() {
     delete_where(&mut tx, Kind::SnapshotChanges, named).await;
     delete_where(&mut tx, Kind::FilesScheduledForDeletion, |_| true).await;
     delete_where(&mut tx, Kind::DataFile, |r| r[0] == int(11)).await;
+    read_back(&mut tx).await;
     tx.commit().await.unwrap();
     lake.check("expiry through the shared rows").await;
 }

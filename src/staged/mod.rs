@@ -128,12 +128,62 @@ pub struct StagedTransaction {
     pinned: Option<Pinned>,
     runs: Vec<Run>,
     next_rowid: i64,
-    ops: Vec<StagedOp>,
+    ops: StagedOps,
     /// Each table's overlaid rows as of the first `n` staged operations, so
     /// a statement that scans a table again, or after a few more operations,
     /// does not apply every operation of the transaction again (an expiry
     /// stages thousands of deletes, then scans the same tables many times).
     overlaid: HashMap<TableRef, (usize, Arc<Rows>)>,
+}
+
+/// A transaction's staged operations, and where each table last changed:
+/// whether a table changed after some operation is then a lookup, not a
+/// pass over every operation (an expiry stages thousands of deletes, then
+/// DuckLake scans a dozen tables many times).
+#[derive(Default)]
+struct StagedOps {
+    ops: Vec<StagedOp>,
+    /// Per table, how many operations were staged with its last one.
+    last_on: HashMap<TableRef, usize>,
+    /// Per table, the same for its last one that can hide its children.
+    last_hiding: HashMap<TableRef, usize>,
+}
+
+impl StagedOps {
+    fn push(&mut self, op: StagedOp) {
+        let table = op.table();
+        let hides = overlay::can_hide_children(&op);
+        self.ops.push(op);
+        self.last_on.insert(table, self.ops.len());
+        if hides {
+            self.last_hiding.insert(table, self.ops.len());
+        }
+    }
+
+    /// Whether an operation after the first `since` can change what a scan
+    /// of `table` shows: [`overlay::affects`] over those operations.
+    fn changed_since(&self, table: TableRef, since: usize) -> bool {
+        let after = |map: &HashMap<TableRef, usize>, t| map.get(&t).is_some_and(|&n| n > since);
+        let mut hidden = false;
+        let mut child = table;
+        while let (false, Some(parent)) = (hidden, overlay::parent_table(child)) {
+            hidden = after(&self.last_hiding, parent);
+            child = parent;
+        }
+        after(&self.last_on, table) || hidden
+    }
+
+    fn clear(&mut self) {
+        *self = StagedOps::default();
+    }
+}
+
+impl std::ops::Deref for StagedOps {
+    type Target = [StagedOp];
+
+    fn deref(&self) -> &[StagedOp] {
+        &self.ops
+    }
 }
 
 /// Where a table stands inside a transaction.
@@ -159,7 +209,7 @@ impl StagedTransaction {
             pinned: None,
             runs: Vec::new(),
             next_rowid: 0,
-            ops: Vec::new(),
+            ops: StagedOps::default(),
             overlaid: HashMap::new(),
         }
     }
@@ -241,7 +291,7 @@ impl StagedTransaction {
         if matches!(table, TableRef::Fixed(_)) {
             return Ok(columns.map(|columns| TableInfo { table, columns }));
         }
-        for op in &self.ops {
+        for op in self.ops.iter() {
             match op {
                 StagedOp::CreateTable {
                     table: t,
@@ -411,33 +461,39 @@ impl StagedTransaction {
 
     async fn overlaid(&mut self, table: TableRef) -> Result<Arc<Rows>> {
         let committed = self.committed(table).await?;
-        if !self.ops.iter().any(|op| overlay::affects(op, table)) {
+        if !self.ops.changed_since(table, 0) {
             return Ok(committed);
         }
         let staged = self.ops.len();
         let parent_table = overlay::parent_table(table);
         let rows = match self.overlaid.get(&table) {
             Some((applied, rows)) if *applied == staged => return Ok(rows.clone()),
+            // Operations on other tables since leave these rows as they are.
+            Some((applied, rows)) if !self.ops.changed_since(table, *applied) => {
+                let rows = rows.clone();
+                self.overlaid.insert(table, (staged, rows.clone()));
+                return Ok(rows);
+            }
             // Operations apply one after another, so the later ones can go
             // on top of what the earlier ones made. A child table is applied
             // whole instead: its parent filter is not incremental.
             Some((applied, rows)) if parent_table.is_none() => {
-                let mut rows = rows.as_ref().clone();
-                rows.change(|rows| overlay::apply_in_place(table, rows, &self.ops[*applied..]));
-                rows
+                let later = &self.ops[*applied..];
+                overlay::only_deleted(table, rows, later).unwrap_or_else(|| {
+                    let mut rows = rows.as_ref().clone();
+                    rows.change(|rows| overlay::apply_in_place(table, rows, later));
+                    rows
+                })
             }
-            _ => {
-                let parent = match parent_table {
-                    Some(parent) => Some(Box::pin(self.visible_rows(parent)).await?),
-                    None => None,
-                };
-                Rows::from(overlay::apply(
-                    table,
-                    &committed,
-                    &self.ops,
-                    parent.as_deref().map(|rows| &**rows),
-                ))
-            }
+            _ => match parent_table {
+                None => overlay::only_deleted(table, &committed, &self.ops).unwrap_or_else(|| {
+                    Rows::from(overlay::apply(table, &committed, &self.ops, None))
+                }),
+                Some(parent) => {
+                    let parent = Box::pin(self.visible_rows(parent)).await?;
+                    Rows::from(overlay::apply(table, &committed, &self.ops, Some(&parent)))
+                }
+            },
         };
         let rows = Arc::new(rows);
         self.overlaid.insert(table, (staged, rows.clone()));
@@ -601,6 +657,25 @@ impl StagedTransaction {
         Ok(known)
     }
 
+    /// Takes the overlays that hold every staged operation on their table
+    /// (none came after them that can change it), each with the committed
+    /// rows it was built on.
+    fn finished_overlays(&mut self) -> HashMap<TableRef, shared::Finished> {
+        let ops = &self.ops;
+        let Some(pinned) = &self.pinned else {
+            self.overlaid.clear();
+            return HashMap::new();
+        };
+        self.overlaid
+            .drain()
+            .filter(|(table, (applied, _))| !ops.changed_since(*table, *applied))
+            .filter_map(|(table, (_, rows))| {
+                let base = pinned.rows.get(&table)?.clone();
+                Some((table, shared::Finished { base, rows }))
+            })
+            .collect()
+    }
+
     /// Translates the staged operations into one store transaction and waits
     /// until it is durable.
     pub async fn commit(&mut self) -> Result<CommitOutcome> {
@@ -629,11 +704,13 @@ impl StagedTransaction {
         // A finished transaction must not keep its read view: an open SlateDB
         // snapshot makes compaction keep every version it could see. Its rows
         // go too, so the shared tables are carried forward in place.
+        let finished = self.finished_overlays();
         self.pinned = None;
         self.runs.clear();
-        self.overlaid.clear();
         if let Some(head) = outcome.head(premise) {
-            self.shared.rows.committed(premise, head, &self.ops);
+            self.shared
+                .rows
+                .committed(premise, head, &self.ops, finished);
         }
         self.shared.claims.release(self.claimant);
         self.ops.clear();

@@ -16,7 +16,7 @@
 //! parent filter through a hash set.
 
 use super::StagedOp;
-use crate::catalog::{Cell, Kind, Lifecycle, Row, TableRef};
+use crate::catalog::{Cell, Kind, Lifecycle, Row, Rows, TableRef};
 use crate::inline;
 use foldhash::fast::RandomState;
 use std::collections::{HashMap, HashSet};
@@ -105,6 +105,21 @@ pub fn apply_in_place(table: TableRef, rows: &mut Vec<Row>, ops: &[StagedOp]) {
         *rows = slots.into_rows();
     }
     canonical_order(table, rows);
+}
+
+/// `committed` without the rows `ops` delete from `table`, when deleting is
+/// all they do to it (an expiry deletes thousands of snapshots): packed rows
+/// then stay packed, and none is decoded ([`Rows::without`]). Deletes keep
+/// the order of the rest, so no table needs sorting again.
+pub fn only_deleted(table: TableRef, committed: &Rows, ops: &[StagedOp]) -> Option<Rows> {
+    let mut deleted = Vec::new();
+    for op in ops.iter().filter(|op| op.table() == table) {
+        match op {
+            StagedOp::Delete { row, .. } => deleted.push(row),
+            _ => return None,
+        }
+    }
+    committed.without(&deleted)
 }
 
 /// The rows `ops` add to `table` after `last`, when adding them is all the

@@ -40,6 +40,21 @@ struct State {
     images: Option<Arc<Images>>,
 }
 
+/// A committing transaction's overlay of one table that holds every staged
+/// operation on it, and the committed rows it was built on.
+pub struct Finished {
+    pub base: Arc<Rows>,
+    pub rows: Arc<Rows>,
+}
+
+impl Finished {
+    /// Whether the overlay was built on `kept`, the rows this attach keeps:
+    /// then it is exactly `kept` carried across the commit.
+    fn built_on(&self, kept: &Arc<Rows>) -> bool {
+        Arc::ptr_eq(&self.base, kept)
+    }
+}
+
 #[derive(Default)]
 pub struct SharedRows {
     state: Mutex<State>,
@@ -141,9 +156,17 @@ impl SharedRows {
     }
 
     /// Carries the kept tables from `premise` to `head` across a commit of
-    /// this process that applied `ops`. Anything that cannot be carried
-    /// exactly is dropped, to be read from the store again.
-    pub fn committed(&self, premise: Option<Head>, head: Head, ops: &[StagedOp]) {
+    /// this process that applied `ops`. A table the committing transaction
+    /// already overlaid with all of them takes that overlay (`finished`),
+    /// which is what applying them again would compute. Anything that cannot
+    /// be carried exactly is dropped, to be read from the store again.
+    pub fn committed(
+        &self,
+        premise: Option<Head>,
+        head: Head,
+        ops: &[StagedOp],
+        finished: HashMap<TableRef, Finished>,
+    ) {
         self.with_state(|s| {
             if s.head != Some(premise) {
                 *s = State::default();
@@ -166,16 +189,20 @@ impl SharedRows {
                 .copied()
                 .filter(|t| ops.iter().any(|op| op.table() == *t))
                 .collect();
-            for table in touched {
-                if let Some(rows) = s.tables.get_mut(&table) {
+            let mut carried = finished;
+            carried
+                .retain(|table, done| s.tables.get(table).is_some_and(|kept| done.built_on(kept)));
+            for table in touched.iter().filter(|t| !carried.contains_key(t)) {
+                if let Some(rows) = s.tables.get_mut(table) {
                     let rows = Arc::make_mut(rows);
                     let last = || rows.len().checked_sub(1).and_then(|at| rows.row(at));
-                    match overlay::only_appended(table, ops, last) {
-                        Some(added) => rows.extend(added),
-                        None => {
-                            rows.change(|rows| overlay::apply_in_place(table, rows, ops));
-                            rows.repack();
-                        }
+                    if let Some(added) = overlay::only_appended(*table, ops, last) {
+                        rows.extend(added);
+                    } else if let Some(left) = overlay::only_deleted(*table, rows, ops) {
+                        *rows = left;
+                    } else {
+                        rows.change(|rows| overlay::apply_in_place(*table, rows, ops));
+                        rows.repack();
                     }
                 }
             }
@@ -183,6 +210,7 @@ impl SharedRows {
                 .tables
                 .keys()
                 .copied()
+                .filter(|t| !carried.contains_key(t))
                 .filter(|t| {
                     overlay::parent_table(*t).is_some_and(|p| {
                         ops.iter()
@@ -203,6 +231,11 @@ impl SharedRows {
                         s.tables.remove(&child);
                     }
                 }
+            }
+            for (table, done) in carried {
+                let mut rows = done.rows;
+                Arc::make_mut(&mut rows).repack();
+                s.tables.insert(table, rows);
             }
         });
     }

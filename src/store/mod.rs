@@ -153,15 +153,8 @@ impl Store {
                 force_takeover: settings.force_takeover,
                 wait: settings.turn_wait,
             };
-            let writer = turn::WriterTurn::new(
-                object_store.clone(),
-                root.clone(),
-                uri.to_string(),
-                policy,
-                !matches!(uri, StoreUri::S3 { .. }),
-                uri.gc_boundary_files(),
-                open_writer,
-            );
+            let writer =
+                turn::WriterTurn::new(object_store.clone(), root.clone(), uri, policy, open_writer);
             // Take the turn now: an exclusive writer keeps it from here on,
             // and an attach that cannot write fails at ATTACH.
             drop(writer.pin().await?);

@@ -29,11 +29,13 @@
 
 use super::lease::{self, Holder, Take, TURN_DIR, TURN_SECONDS};
 use super::upkeep::Compaction;
+use super::uri::StoreUri;
 use crate::error::{Error, Result};
 use futures_util::future::BoxFuture;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, UpdateVersion};
 use slatedb::Db;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -41,6 +43,8 @@ use std::time::{Duration, Instant};
 /// How often a waiting process renews its ask, and how old an ask may be
 /// before a holder ignores it (its asker gave up or died).
 const ASK_REFRESH: Duration = Duration::from_millis(200);
+/// The ask object's name in the turn directory.
+const ASK: &str = "ask";
 const ASK_LIFETIME_SECONDS: i64 = 3 * TURN_SECONDS as i64;
 
 /// How many WAL objects a closing writer leaves for the next open to read
@@ -173,6 +177,11 @@ pub struct WriterTurn {
     /// Whether garbage collection writes boundary files
     /// (`StoreUri::gc_boundary_files`).
     gc_boundary_files: bool,
+    /// The ask object's file, on a local store: a holder that finds no file
+    /// there knows nobody asks, with one `stat` instead of a read through
+    /// the blocking pool, which at the active watch pace cost the holder's
+    /// process as much CPU as translating its commits.
+    ask_file: Option<PathBuf>,
     me: Holder,
     open_writer: OpenWriter,
     /// Between an asker's looks at the lease: quick on a local or in-memory
@@ -227,18 +236,22 @@ impl WriterTurn {
     pub fn new(
         object_store: Arc<dyn ObjectStore>,
         root: Path,
-        uri: String,
+        uri: &StoreUri,
         policy: TurnPolicy,
-        fast_store: bool,
-        gc_boundary_files: bool,
         open_writer: OpenWriter,
     ) -> Arc<WriterTurn> {
+        let fast_store = !matches!(uri, StoreUri::S3 { .. });
+        let ask_file = match uri {
+            StoreUri::Local(dir) => Some(dir.join(root.as_ref()).join(TURN_DIR).join(ASK)),
+            _ => None,
+        };
         Arc::new(WriterTurn {
             object_store,
+            uri: uri.to_string(),
+            ask_file,
             root,
-            uri,
             policy,
-            gc_boundary_files,
+            gc_boundary_files: uri.gc_boundary_files(),
             me: Holder::new_instance(),
             open_writer,
             poll: if fast_store {
@@ -402,7 +415,7 @@ impl WriterTurn {
     }
 
     fn ask_path(&self) -> Path {
-        self.root.clone().join(TURN_DIR).join("ask")
+        self.root.clone().join(TURN_DIR).join(ASK)
     }
 
     async fn ask(&self) -> Result<()> {
@@ -436,6 +449,9 @@ impl WriterTurn {
     /// Whether another writer asks for the turn now.
     async fn someone_asks(&self) -> bool {
         self.counters.ask_reads.fetch_add(1, Ordering::Relaxed);
+        if self.ask_file.as_ref().is_some_and(|file| !file.exists()) {
+            return false;
+        }
         match self.read_ask().await {
             Some((asker, at)) => {
                 asker != self.me.instance() && unix_seconds() - at <= ASK_LIFETIME_SECONDS

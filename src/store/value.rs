@@ -31,7 +31,7 @@ pub type Row = Vec<Cell>;
 /// A cell read in place from its encoded bytes, without an allocation.
 /// Text is not checked to be UTF-8 here: whoever stores the bytes checks
 /// them once ([`Reader::cell`], the packed rows of an image).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CellRef<'a> {
     Null,
     Int(i64),
