@@ -158,26 +158,30 @@ def rotated(items, k):
     return items[k:] + items[:k]
 
 
+# The phases of a cold attach, each timed on its own: DuckLake loads the catalog at the first USE.
+ATTACH_PHASES = ("attach", "use", "query")
+
+
 def cold_attach_once_ms(backend, t, kind):
     """One cold attach of the lake at t in a fresh database with its extensions already loaded: ATTACH, USE and
-    the first query, as a user's first statement against the lake."""
+    the first query, as a user's first statement against the lake. Returns {phase: ms}."""
     con = harness.connect(load=backend.extensions)
     try:
         con.execute("SET threads=1")
         attach = backend.attach_sql(t, parquet_only=(kind == "parquet"))
-        start = time.perf_counter()
-        con.execute(attach)
-        con.execute("USE lake")
-        con.execute("SELECT count(*) FROM g").fetchall()
-        return (time.perf_counter() - start) * 1000.0
+        statements = (attach, "USE lake", "SELECT count(*) FROM g")
+        phases = {}
+        for phase, sql in zip(ATTACH_PHASES, statements):
+            phases[phase] = timed(lambda: con.execute(sql).fetchall())
+        return phases
     finally:
         con.close()
 
 
 def cold_attaches_ms(backends_, lakes, kind):
-    """The median of ATTACH_SAMPLES cold attaches of each back-end's lake. The back-ends take turns sample by
-    sample, the order rotating, so a slow minute of this shared VM lands on all of them alike. Returns
-    ({name: median}, {name: the error that stopped its samples})."""
+    """The median of ATTACH_SAMPLES cold attaches of each back-end's lake, whole and by phase. The back-ends
+    take turns sample by sample, the order rotating, so a slow minute of this shared VM lands on all of them
+    alike. Returns ({name: median}, {name: {phase: median}}, {name: the error that stopped its samples})."""
     samples, failed = {b.name: [] for b in backends_}, {}
     for k in range(ATTACH_SAMPLES):
         for b in rotated(backends_, k):
@@ -187,7 +191,11 @@ def cold_attaches_ms(backends_, lakes, kind):
                 samples[b.name].append(cold_attach_once_ms(b, lakes[b.name], kind))
             except Exception as e:  # noqa: BLE001 - reported by the caller
                 failed[b.name] = e
-    return {name: statistics.median(v) for name, v in samples.items() if name not in failed}, failed
+    kept = {name: v for name, v in samples.items() if name not in failed}
+    whole = {name: statistics.median(sum(p.values()) for p in v) for name, v in kept.items()}
+    phases = {name: {phase: statistics.median(p[phase] for p in v) for phase in ATTACH_PHASES}
+              for name, v in kept.items()}
+    return whole, phases, failed
 
 
 def run_growth(backends_, scale, tmp_root, kind, skipped):
@@ -221,7 +229,7 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
             names = list(cons)
             for name in names:
                 cons.pop(name).close()
-            early, failed = cold_attaches_ms([by_name[name] for name in names], lakes, kind)
+            early, early_phases, failed = cold_attaches_ms([by_name[name] for name in names], lakes, kind)
             for name, e in failed.items():
                 drop(name, e)
             names = list(early)
@@ -236,7 +244,7 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
     names = list(cons)
     for name in names:
         cons.pop(name).close()
-    attach, failed = cold_attaches_ms([by_name[name] for name in names], lakes, kind)
+    attach, attach_phases, failed = cold_attaches_ms([by_name[name] for name in names], lakes, kind)
     for name, e in failed.items():
         drop(name, e)
     for name in list(attach):
@@ -269,6 +277,8 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
                 drop(name, e)
                 attach.pop(name)
     return {name: (lat[name], {"attach_early_ms": early[name], "attach_ms": attach[name],
+                               "attach_early_phases_ms": early_phases[name],
+                               "attach_phases_ms": attach_phases[name],
                                "expire_ms": statistics.median(expire[name]),
                                "cleanup_ms": statistics.median(cleanup[name])})
             for name in attach}
@@ -300,6 +310,10 @@ def growth_report(curves, after, scale):
             print("%-18s" % label + "".join("%12.1f" % vals[b] for b in names))
             if "moraine" in vals:
                 print("%-18s" % "  moraine/peer" + "".join("%12.2f" % (vals["moraine"] / vals[b]) for b in names))
+        for metric, h in (("attach_early_phases_ms", EARLY_HISTORY), ("attach_phases_ms", n)):
+            # ATTACH / USE / first query, in whole ms to fit a column.
+            print("%-18s" % ("  a/u/q h%d" % h) + "".join(
+                "%12s" % "/".join("%.0f" % after[kind][b][metric][p] for p in ATTACH_PHASES) for b in names))
         growth = {b: after[kind][b]["attach_ms"] / after[kind][b]["attach_early_ms"] for b in names}
         print("%-18s" % ("attach h%d/h%d" % (n, EARLY_HISTORY)) + "".join("%12.2f" % growth[b] for b in names))
         report[kind] = {"first_ms": first, "last_ms": last, "after": after[kind],
