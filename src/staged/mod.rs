@@ -161,16 +161,21 @@ impl StagedOps {
     }
 
     /// Whether an operation after the first `since` can change what a scan
-    /// of `table` shows: [`overlay::affects`] over those operations.
+    /// of `table` shows: one on the table itself, or one that can hide
+    /// children ([`overlay::can_hide_children`]) on any of its ancestors.
     fn changed_since(&self, table: TableRef, since: usize) -> bool {
         let after = |map: &HashMap<TableRef, usize>, t| map.get(&t).is_some_and(|&n| n > since);
-        let mut hidden = false;
-        let mut child = table;
-        while let (false, Some(parent)) = (hidden, overlay::parent_table(child)) {
-            hidden = after(&self.last_hiding, parent);
-            child = parent;
+        if after(&self.last_on, table) {
+            return true;
         }
-        after(&self.last_on, table) || hidden
+        let mut ancestor = overlay::parent_table(table);
+        while let Some(parent) = ancestor {
+            if after(&self.last_hiding, parent) {
+                return true;
+            }
+            ancestor = overlay::parent_table(parent);
+        }
+        false
     }
 
     fn clear(&mut self) {
@@ -467,8 +472,8 @@ impl StagedTransaction {
         let staged = self.ops.len();
         let parent_table = overlay::parent_table(table);
         let rows = match self.overlaid.get(&table) {
-            Some((applied, rows)) if *applied == staged => return Ok(rows.clone()),
-            // Operations on other tables since leave these rows as they are.
+            // Nothing staged since (or only operations on other tables)
+            // changed these rows.
             Some((applied, rows)) if !self.ops.changed_since(table, *applied) => {
                 let rows = rows.clone();
                 self.overlaid.insert(table, (staged, rows.clone()));
@@ -478,17 +483,10 @@ impl StagedTransaction {
             // on top of what the earlier ones made. A child table is applied
             // whole instead: its parent filter is not incremental.
             Some((applied, rows)) if parent_table.is_none() => {
-                let later = &self.ops[*applied..];
-                overlay::only_deleted(table, rows, later).unwrap_or_else(|| {
-                    let mut rows = rows.as_ref().clone();
-                    rows.change(|rows| overlay::apply_in_place(table, rows, later));
-                    rows
-                })
+                overlay::applied(table, rows, &self.ops[*applied..])
             }
             _ => match parent_table {
-                None => overlay::only_deleted(table, &committed, &self.ops).unwrap_or_else(|| {
-                    Rows::from(overlay::apply(table, &committed, &self.ops, None))
-                }),
+                None => overlay::applied(table, &committed, &self.ops),
                 Some(parent) => {
                     let parent = Box::pin(self.visible_rows(parent)).await?;
                     Rows::from(overlay::apply(table, &committed, &self.ops, Some(&parent)))

@@ -51,12 +51,6 @@ pub fn can_hide_children(op: &StagedOp) -> bool {
     !matches!(op, StagedOp::Insert { .. } | StagedOp::CreateTable { .. })
 }
 
-/// Whether a staged operation can change what a scan of `table` shows.
-pub fn affects(op: &StagedOp, table: TableRef) -> bool {
-    op.table() == table
-        || parent_table(table).is_some_and(|p| can_hide_children(op) && affects(op, p))
-}
-
 /// `committed` with the operations on `table` applied, in order.
 pub fn apply(
     table: TableRef,
@@ -105,6 +99,17 @@ pub fn apply_in_place(table: TableRef, rows: &mut Vec<Row>, ops: &[StagedOp]) {
         *rows = slots.into_rows();
     }
     canonical_order(table, rows);
+}
+
+/// `rows` with the operations on `table` applied, in order: packed rows
+/// that `ops` only delete from stay packed ([`only_deleted`]); any others
+/// are decoded into a copy, which leaves `rows` as they were.
+pub fn applied(table: TableRef, rows: &Rows, ops: &[StagedOp]) -> Rows {
+    only_deleted(table, rows, ops).unwrap_or_else(|| {
+        let mut rows = rows.clone();
+        rows.change(|rows| apply_in_place(table, rows, ops));
+        rows
+    })
 }
 
 /// `committed` without the rows `ops` delete from `table`, when deleting is

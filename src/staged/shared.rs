@@ -198,10 +198,8 @@ impl SharedRows {
                     let last = || rows.len().checked_sub(1).and_then(|at| rows.row(at));
                     if let Some(added) = overlay::only_appended(*table, ops, last) {
                         rows.extend(added);
-                    } else if let Some(left) = overlay::only_deleted(*table, rows, ops) {
-                        *rows = left;
                     } else {
-                        rows.change(|rows| overlay::apply_in_place(*table, rows, ops));
+                        *rows = overlay::applied(*table, rows, ops);
                         rows.repack();
                     }
                 }

@@ -242,7 +242,7 @@ impl WriterTurn {
     ) -> Arc<WriterTurn> {
         let fast_store = !matches!(uri, StoreUri::S3 { .. });
         let ask_file = match uri {
-            StoreUri::Local(dir) => Some(dir.join(root.as_ref()).join(TURN_DIR).join(ASK)),
+            StoreUri::Local(dir) => Some(dir.join(ask_path(&root).as_ref())),
             _ => None,
         };
         Arc::new(WriterTurn {
@@ -415,7 +415,7 @@ impl WriterTurn {
     }
 
     fn ask_path(&self) -> Path {
-        self.root.clone().join(TURN_DIR).join(ASK)
+        ask_path(&self.root)
     }
 
     async fn ask(&self) -> Result<()> {
@@ -641,6 +641,11 @@ async fn watch(turn: Weak<WriterTurn>, mut lease_version: UpdateVersion) {
             return;
         }
     }
+}
+
+/// The ask object of the store at `root`.
+fn ask_path(root: &Path) -> Path {
+    root.clone().join(TURN_DIR).join(ASK)
 }
 
 fn unix_seconds() -> i64 {
