@@ -84,3 +84,25 @@ def test_a_session_that_only_inserted_leaves_its_inlined_rows_in_the_image(tmp):
     con.close()
     # The inlined table's records would be a key per row.
     assert cold < COMMITS // 2, cold
+
+
+def stats(con):
+    return dict(con.execute("SELECT name, value FROM moraine_stats('lake')").fetchall())
+
+
+def test_a_cold_attach_and_its_first_queries_read_every_table_from_the_image(tmp):
+    """The image holds every table DuckLake reads to load the catalog and to answer a query of a table, also
+    those the writing session never read (`ducklake_metadata`, the files of an inlined table), and a read-only
+    session's close leaves it whole for the next."""
+    con = inserted(tmp)
+    con.close()
+    for session in range(2):
+        con = harness.connect()
+        attach(con, tmp)
+        assert con.execute("SELECT count(*) FROM lake.t").fetchone() == (COMMITS,)
+        con.execute("SELECT * FROM ducklake_snapshots('lake')").fetchall()
+        con.execute("SELECT * FROM ducklake_table_info('lake')").fetchall()
+        con.execute("SELECT * FROM lake.t AT (VERSION => 2)").fetchall()
+        from_records = int(stats(con)["tables_read_from_records"])
+        con.close()
+        assert from_records == 0, "session %d read %d tables from their records" % (session, from_records)

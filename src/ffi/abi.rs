@@ -947,6 +947,10 @@ pub extern "C" fn moraine_db_stats(
         // the time the process spent in moraine's calls.
         let costs = [
             ("keys_read", db.store.keys_read()),
+            (
+                "tables_read_from_records",
+                db.shared.tables_read_from_records.load(Ordering::Relaxed),
+            ),
             ("call_micros", CALL_MICROS.load(Ordering::Relaxed)),
             ("scan_rows", SCAN_ROWS.load(Ordering::Relaxed)),
             (

@@ -25,6 +25,7 @@ use crate::store::{ReadView, Store};
 use claims::{Change, RowClaims};
 pub use shared::{InlineTables, SharedRows};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// One row operation DuckLake issued, kept exactly as it arrived.
@@ -118,6 +119,10 @@ struct Pinned {
 pub struct AttachShared {
     pub rows: SharedRows,
     pub claims: RowClaims,
+    /// Tables read from their records rather than kept rows or the image:
+    /// each costs a SlateDB scan, so a cold attach from a whole image
+    /// reads none.
+    pub tables_read_from_records: AtomicU64,
 }
 
 pub struct StagedTransaction {
@@ -447,6 +452,9 @@ impl StagedTransaction {
         let rows = Arc::new(Rows::packed(
             committed_records(&store, &pinned.view, table).await?,
         ));
+        shared
+            .tables_read_from_records
+            .fetch_add(1, Ordering::Relaxed);
         pinned.rows.insert(table, rows.clone());
         shared.rows.offer(pinned.head, table, &rows);
         Ok(rows)
@@ -797,15 +805,24 @@ async fn image_rows(
     Ok(images.rows(table, head, width))
 }
 
-/// Kinds with a row per snapshot. The image holds them even when the
-/// session never read them: an expiry and a change feed read them whole,
-/// and commits do not.
-const HISTORY_KINDS: [Kind; 2] = [Kind::Snapshot, Kind::SnapshotChanges];
+/// Kinds whose rows are one per data file and column (or partition key):
+/// in a lake of many Parquet files they dwarf every other table, and only
+/// some queries read them. The image holds them when the session read them.
+const IMAGED_WHEN_READ: [Kind; 3] = [
+    Kind::FileColumnStats,
+    Kind::FileVariantStats,
+    Kind::FilePartitionValue,
+];
 
-/// The tables the image holds even when the session never read them: the
-/// [`HISTORY_KINDS`], and every inlined table at the head, whose rows any
-/// query of its DuckLake table reads whole (a session that only inserts
-/// never reads them).
+/// The tables the image holds even when the session never read them: every
+/// fixed kind but the [`IMAGED_WHEN_READ`] ones, and every inlined table at
+/// the head. A cold attach and its first query read all of them: DuckLake
+/// loads the catalog whole (`ducklake_metadata` and the snapshots too),
+/// a query of a table reads its files and its inlined rows whole, and an
+/// expiry and a change feed read the snapshot tables. A session that only
+/// inserts reads few of them, and a table left out is one SlateDB scan at
+/// the next attach (about half a millisecond, more while SlateDB's caches
+/// are cold) and makes that attach's read-only session take the image again.
 async fn always_imaged(
     store: &Store,
     shared: &AttachShared,
@@ -822,7 +839,10 @@ async fn always_imaged(
             delete_tables: inline::committed_delete_tables(store, view).await?,
         }),
     };
-    let history = HISTORY_KINDS.iter().map(|kind| TableRef::Fixed(*kind));
+    let fixed = Kind::ALL
+        .into_iter()
+        .filter(|kind| !IMAGED_WHEN_READ.contains(kind))
+        .map(TableRef::Fixed);
     let data = inline
         .schemas
         .keys()
@@ -836,7 +856,7 @@ async fn always_imaged(
         .map(|table_id| TableRef::InlineDelete {
             table_id: *table_id,
         });
-    Ok(history.chain(data).chain(deletes).collect())
+    Ok(fixed.chain(data).chain(deletes).collect())
 }
 
 /// Writes the head image of the tables this attach's transactions hold

@@ -423,12 +423,12 @@ async fn open_writer(
     last_collection: Arc<upkeep::LastCollection>,
 ) -> Result<turn::OpenedWriter> {
     let db = open_db(root.clone(), object_store.clone(), uri, settings).await?;
-    let compaction = Arc::new(upkeep::Compaction::start(
+    let compaction = upkeep::Compaction::start(
         root.clone(),
         object_store.clone(),
         settings.compactor_options(),
         WRITER_BLOCK_SIZE,
-    ));
+    );
     let collection = upkeep::spawn_collection(
         root.clone(),
         object_store.clone(),

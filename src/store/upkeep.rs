@@ -31,7 +31,7 @@ use slatedb::config::{
     GarbageCollectorDirectoryOptions, GarbageCollectorOptions,
 };
 use slatedb::{CompactorBuilder, Db, SstBlockSize};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, MutexGuard};
@@ -54,6 +54,9 @@ pub struct Compaction {
     /// The compactor now running. The lock also keeps the idle upkeep and
     /// `moraine_reclaim` from compacting at the same time.
     running: Mutex<Option<Running>>,
+    /// Set, under `running`'s lock, by [`Compaction::shutdown`]: nothing
+    /// launches a compactor after it.
+    shut_down: AtomicBool,
 }
 
 struct Running {
@@ -173,23 +176,42 @@ async fn stop(running: Option<Running>) {
 /// How often [`stop`] asks a compactor to stop before it gives up on it.
 const STOP_ATTEMPTS: u32 = 50;
 
+/// How long after a writer opens its background compactor starts.
+///
+/// A compactor's start loads the manifest and writes a compaction record
+/// (its fence), on threads beside the attach's: inside a cold ATTACH that
+/// was a third of its work, and a session that only reads, or ends within
+/// a second, needs no compactor at all. Nothing waits on it meanwhile:
+/// SlateDB flushes the memtable into L0 without one, and only an L0 over
+/// its limit, which takes hundreds of commits to reach, holds flushes
+/// back until it starts.
+const COMPACTOR_START_DELAY: Duration = Duration::from_secs(1);
+
 impl Compaction {
-    /// Starts the background compactor of the store at `root`.
+    /// The compaction of the store at `root`; its background compactor
+    /// starts after [`COMPACTOR_START_DELAY`] unless the compaction is shut
+    /// down first, or something compacts on purpose sooner.
     pub fn start(
         root: Path,
         object_store: Arc<dyn ObjectStore>,
         background: CompactorOptions,
         block_size: SstBlockSize,
-    ) -> Compaction {
-        let mut compaction = Compaction {
+    ) -> Arc<Compaction> {
+        let compaction = Arc::new(Compaction {
             root,
             object_store,
             background,
             block_size,
             running: Mutex::new(None),
-        };
-        let first = compaction.launch(false);
-        *compaction.running.get_mut() = Some(first);
+            shut_down: AtomicBool::new(false),
+        });
+        let later = Arc::downgrade(&compaction);
+        tokio::spawn(async move {
+            tokio::time::sleep(COMPACTOR_START_DELAY).await;
+            if let Some(compaction) = later.upgrade() {
+                compaction.revive().await;
+            }
+        });
         compaction
     }
 
@@ -225,9 +247,13 @@ impl Compaction {
         }
     }
 
-    /// Restarts the background compactor if it stopped on an error.
+    /// Starts the background compactor if none runs: the first time, or
+    /// after one stopped on an error.
     async fn revive(&self) {
         let mut running = self.running.lock().await;
+        if self.shut_down.load(Ordering::SeqCst) {
+            return;
+        }
         if running.as_ref().is_none_or(|r| r.task.is_finished()) {
             stop(running.take()).await;
             *running = Some(self.launch(false));
@@ -236,7 +262,9 @@ impl Compaction {
 
     /// Stops whichever compactor runs, for good.
     pub async fn shutdown(&self) {
-        stop(self.running.lock().await.take()).await;
+        let mut running = self.running.lock().await;
+        self.shut_down.store(true, Ordering::SeqCst);
+        stop(running.take()).await;
     }
 }
 
@@ -430,8 +458,13 @@ const SUBMIT_ATTEMPTS: u32 = 5;
 /// job list, and refuses an id older than the newest job there; when the
 /// running compactor schedules a job in that millisecond, the submission is
 /// refused although nothing is wrong, so it is retried with a fresh id.
+/// How long a submission waits for a just-started compactor to write the
+/// store's first compaction record.
+const FIRST_RECORD_WAIT: Duration = Duration::from_secs(2);
+
 async fn submit_compaction(admin: &Admin, spec: CompactionSpec) -> Result<CompactionJob> {
     let mut attempt = 1;
+    let started = Instant::now();
     loop {
         match admin.submit_compaction(spec.clone()).await {
             Ok(job) => return Ok(job),
@@ -439,9 +472,20 @@ async fn submit_compaction(admin: &Admin, spec: CompactionSpec) -> Result<Compac
                 attempt += 1;
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
+            Err(e) if is_before_first_record(&e) && started.elapsed() < FIRST_RECORD_WAIT => {
+                tokio::time::sleep(URGENT_POLL).await;
+            }
             Err(e) => return Err(slate("submitting a full compaction", e)),
         }
     }
+}
+
+/// Whether SlateDB refused a job because the store has no compaction record
+/// yet. A compactor writes the first one when it starts; the background
+/// compactor starts late ([`COMPACTOR_START_DELAY`]), so in a store's first
+/// short session the urgent one swapped in at its close is the first.
+fn is_before_first_record(error: &slatedb::Error) -> bool {
+    error.to_string().contains("invalid DB state")
 }
 
 /// Whether SlateDB refused a compaction job because its id is older than a
@@ -560,22 +604,47 @@ pub async fn collect_history_at_close(
     let _ = tokio::time::timeout(CLOSE_COLLECTION_DEADLINE, admin.run_gc_once(options)).await;
 }
 
-/// When this process last started a garbage collection of one store, over
-/// all the writers it opened on it.
+/// When this process first opened a writer of one store, and when it last
+/// started a garbage collection of it, over all the writers it opened on it.
 #[derive(Debug, Default)]
-pub struct LastCollection(std::sync::Mutex<Option<Instant>>);
+pub struct LastCollection(std::sync::Mutex<Collections>);
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Collections {
+    first_open: Option<Instant>,
+    last: Option<Instant>,
+}
+
+/// How soon after a process first opens a writer of a store it collects
+/// the store's garbage (sooner when the interval is shorter). A pass lists
+/// the manifests, the WAL and the compacted SSTs; made at once, it ran
+/// inside the cold ATTACH, on threads beside the attach's own. The delay
+/// runs from the first open, so a process whose writer turns are each
+/// shorter than it still collects, at its first turn after the delay.
+const FIRST_COLLECTION_DELAY: Duration = Duration::from_secs(2);
 
 impl LastCollection {
-    /// How long until the next pass is due: at once if this process never
+    /// How long until the next pass is due: `interval` after the last, or
+    /// the first delay after the first open if this process never
     /// collected the store.
     fn due_in(&self, interval: Duration) -> Duration {
-        let last = self.0.lock().map(|at| *at).unwrap_or_default();
-        last.map_or(Duration::ZERO, |at| interval.saturating_sub(at.elapsed()))
+        let Ok(mut state) = self.0.lock() else {
+            return interval;
+        };
+        match state.last {
+            Some(at) => interval.saturating_sub(at.elapsed()),
+            None => {
+                let opened = *state.first_open.get_or_insert_with(Instant::now);
+                FIRST_COLLECTION_DELAY
+                    .min(interval)
+                    .saturating_sub(opened.elapsed())
+            }
+        }
     }
 
     fn start(&self) {
-        if let Ok(mut at) = self.0.lock() {
-            *at = Some(Instant::now());
+        if let Ok(mut state) = self.0.lock() {
+            state.last = Some(Instant::now());
         }
     }
 }
@@ -584,8 +653,8 @@ impl LastCollection {
 /// own collector makes its first pass the moment a writer opens, and a
 /// process that takes the writer turn opens a writer at every turn: on S3
 /// that was a dozen listings and reads per turn. Here the interval runs over
-/// all of a process's writers of one store, so a first open collects at
-/// once and a turn taken again soon after does not. The task is aborted with
+/// all of a process's writers of one store, so a process collects soon
+/// after its first open and a turn taken again soon after does not. The task is aborted with
 /// its writer; a pass cut short leaves its objects for the next.
 pub fn spawn_collection(
     root: Path,
@@ -666,13 +735,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_collection_is_due_at_once_then_once_per_interval_over_all_writers() {
+    fn a_collection_is_due_soon_after_the_first_open_then_once_per_interval_over_all_writers() {
         let last = LastCollection::default();
         let minute = Duration::from_secs(60);
-        assert_eq!(
-            last.due_in(minute),
-            Duration::ZERO,
-            "a first writer collects at once"
+        let first = last.due_in(minute);
+        assert!(
+            first <= FIRST_COLLECTION_DELAY && first > FIRST_COLLECTION_DELAY / 2,
+            "a first writer collects soon: {first:?}"
+        );
+        assert!(last.due_in(Duration::from_millis(500)) <= Duration::from_millis(500));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            last.due_in(minute) < first,
+            "a later writer's wait counts from the first open"
         );
         last.start();
         let due = last.due_in(minute);
