@@ -149,7 +149,7 @@ ATTACH_SAMPLES = 9
 # The history at which the reference attach is timed.
 EARLY_HISTORY = 100
 # Expiries of each grown lake, each from a copy of it; their median is reported.
-EXPIRY_SAMPLES = 3
+EXPIRY_SAMPLES = 7
 
 
 def rotated(items, k):
@@ -258,7 +258,7 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
     # catalog lives in a server gets one sample); the back-ends take turns, sample by sample.
     expire, cleanup = {name: [] for name in attach}, {name: [] for name in attach}
     for k in range(EXPIRY_SAMPLES):
-        for name in list(attach):
+        for name in rotated(list(attach), k):
             b, t = by_name[name], lakes[name]
             if k > 0 and not b.copyable:
                 continue
