@@ -14,8 +14,12 @@ def attach(con, tmp):
     con.execute("ATTACH 'ducklake:moraine:%s/catalog' AS lake (DATA_PATH '%s/data/')" % (tmp, tmp))
 
 
+def stats(con):
+    return dict(con.execute("SELECT name, value FROM moraine_stats('lake')").fetchall())
+
+
 def keys_read(con):
-    return dict(con.execute("SELECT name, value FROM moraine_stats('lake')").fetchall())["keys_read"]
+    return stats(con)["keys_read"]
 
 
 def contents(con):
@@ -84,10 +88,6 @@ def test_a_session_that_only_inserted_leaves_its_inlined_rows_in_the_image(tmp):
     con.close()
     # The inlined table's records would be a key per row.
     assert cold < COMMITS // 2, cold
-
-
-def stats(con):
-    return dict(con.execute("SELECT name, value FROM moraine_stats('lake')").fetchall())
 
 
 def test_a_cold_attach_and_its_first_queries_read_every_table_from_the_image(tmp):

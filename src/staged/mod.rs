@@ -239,13 +239,7 @@ impl StagedTransaction {
             let inline = match self.shared.rows.inline_tables(head) {
                 Some(kept) => kept,
                 None => {
-                    let read = Arc::new(InlineTables {
-                        schemas: inline::committed_schemas(&self.store, &view)
-                            .await?
-                            .into_iter()
-                            .collect(),
-                        delete_tables: inline::committed_delete_tables(&self.store, &view).await?,
-                    });
+                    let read = Arc::new(committed_inline_tables(&self.store, &view).await?);
                     self.shared.rows.offer_inline_tables(head, &read);
                     read
                 }
@@ -772,6 +766,17 @@ pub async fn committed_records(
     }
 }
 
+/// The inline tables that exist at `view`, read from their records.
+async fn committed_inline_tables(store: &Store, view: &ReadView) -> Result<InlineTables> {
+    Ok(InlineTables {
+        schemas: inline::committed_schemas(store, view)
+            .await?
+            .into_iter()
+            .collect(),
+        delete_tables: inline::committed_delete_tables(store, view).await?,
+    })
+}
+
 /// `table`'s committed rows from the store's head image, when it holds one
 /// taken at the pinned head ([`catalog::image`]).
 async fn image_rows(
@@ -831,13 +836,7 @@ async fn always_imaged(
 ) -> Result<Vec<TableRef>> {
     let inline = match shared.rows.inline_tables(Some(head)) {
         Some(kept) => kept,
-        None => Arc::new(InlineTables {
-            schemas: inline::committed_schemas(store, view)
-                .await?
-                .into_iter()
-                .collect(),
-            delete_tables: inline::committed_delete_tables(store, view).await?,
-        }),
+        None => Arc::new(committed_inline_tables(store, view).await?),
     };
     let fixed = Kind::ALL
         .into_iter()

@@ -454,14 +454,16 @@ async fn failed(admin: &Admin, id: Ulid) -> Result<bool> {
 /// id as older than a job the running compactor scheduled meanwhile.
 const SUBMIT_ATTEMPTS: u32 = 5;
 
-/// Submits `spec`. SlateDB draws the job id from the clock before it reads the
-/// job list, and refuses an id older than the newest job there; when the
-/// running compactor schedules a job in that millisecond, the submission is
-/// refused although nothing is wrong, so it is retried with a fresh id.
 /// How long a submission waits for a just-started compactor to write the
 /// store's first compaction record.
 const FIRST_RECORD_WAIT: Duration = Duration::from_secs(2);
 
+/// Submits `spec`. SlateDB draws the job id from the clock before it reads the
+/// job list, and refuses an id older than the newest job there; when the
+/// running compactor schedules a job in that millisecond, the submission is
+/// refused although nothing is wrong, so it is retried with a fresh id. A
+/// store with no compaction record yet refuses every job until a compactor
+/// writes one ([`is_before_first_record`]), so that is waited for.
 async fn submit_compaction(admin: &Admin, spec: CompactionSpec) -> Result<CompactionJob> {
     let mut attempt = 1;
     let started = Instant::now();
@@ -609,7 +611,7 @@ pub async fn collect_history_at_close(
 #[derive(Debug, Default)]
 pub struct LastCollection(std::sync::Mutex<Collections>);
 
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default)]
 struct Collections {
     first_open: Option<Instant>,
     last: Option<Instant>,
@@ -654,8 +656,9 @@ impl LastCollection {
 /// process that takes the writer turn opens a writer at every turn: on S3
 /// that was a dozen listings and reads per turn. Here the interval runs over
 /// all of a process's writers of one store, so a process collects soon
-/// after its first open and a turn taken again soon after does not. The task is aborted with
-/// its writer; a pass cut short leaves its objects for the next.
+/// after its first open and a turn taken again soon after does not. The
+/// task is aborted with its writer; a pass cut short leaves its objects for
+/// the next.
 pub fn spawn_collection(
     root: Path,
     object_store: Arc<dyn ObjectStore>,
