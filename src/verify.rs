@@ -15,6 +15,7 @@
 //! exist at the first *retained* snapshot of its lifetime (owners that
 //! surviving snapshots see are never expired).
 
+use crate::catalog::expiring::Expiring;
 use crate::catalog::{self, image, Cell, Head, Kind, Lifecycle, Row};
 use crate::error::{Error, Result};
 use crate::inline;
@@ -182,6 +183,8 @@ fn column(kind: Kind, row: &[Cell], name: &str) -> Option<i64> {
 struct Catalog {
     head: Option<Head>,
     snapshots: BTreeMap<i64, (Vec<u8>, Row)>,
+    /// Snapshots expired whose records await the purge: not retained.
+    expiring: Expiring,
     /// Rows of the fixed kinds that have keys of their own, with their keys.
     rows: BTreeMap<Kind, Vec<(Vec<u8>, Row)>>,
     inline_tables: BTreeSet<(i64, i64)>,
@@ -246,6 +249,8 @@ pub async fn check_catalog(store: &Store) -> Result<CatalogCheck> {
     for (key, value) in &all {
         decode_entry(&mut catalog, key, value);
     }
+    let expiring = std::mem::take(&mut catalog.expiring);
+    catalog.snapshots.retain(|id, _| !expiring.contains(*id));
     check_head(&mut catalog);
     check_versions(&mut catalog);
     check_ownership(&mut catalog);
@@ -274,6 +279,9 @@ fn decode_entry(catalog: &mut Catalog, key: &[u8], value: &[u8]) {
         // Derived and checked against its head where it is read; here only
         // that it decodes.
         Some(Subspace::Image) => image::check_part(key, value),
+        Some(Subspace::Expiring) => Expiring::decode(value).map(|named| {
+            catalog.expiring = std::mem::take(&mut catalog.expiring).union(named);
+        }),
     };
     if let Err(e) = outcome {
         catalog.violation(Rule::RecordDecodes, key, e.to_string());

@@ -333,11 +333,14 @@ async fn reclaim_declarations_match_what_expiry_and_cleanup_remove() {
             );
         }
     }
+    // The expired records go with the purge that follows the expiry.
+    moraine::catalog::expiring::purge(&store).await.unwrap();
     assert_eq!(
         raw_keys(&store, Subspace::Snapshot, None).await,
         1,
         "only the head snapshot survives"
     );
+    assert_eq!(raw_keys(&store, Subspace::Expiring, None).await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -410,7 +413,17 @@ async fn an_expiry_commit_does_not_read_back_the_snapshots_it_read() {
         .unwrap();
     assert_eq!(left.len(), 1);
     assert_eq!(left[0][0], int(LAST));
+    // The commit wrote one expiring entry instead of a tombstone per
+    // snapshot; the purge deletes the records and the entry together.
+    assert_eq!(
+        raw_keys(&store, Subspace::Snapshot, None).await,
+        LAST as usize + 1
+    );
+    assert_eq!(raw_keys(&store, Subspace::Expiring, None).await, 1);
+    let purged = moraine::catalog::expiring::purge(&store).await.unwrap();
+    assert_eq!(purged, LAST as u64);
     assert_eq!(raw_keys(&store, Subspace::Snapshot, None).await, 1);
+    assert_eq!(raw_keys(&store, Subspace::Expiring, None).await, 0);
 }
 
 /// Known keys answer for existence: a snapshot they lack does not exist,
@@ -451,4 +464,104 @@ async fn known_snapshot_keys_still_refuse_what_does_not_exist() {
     assert!(matches!(orphaned, Error::Constraint(_)), "{orphaned}");
     // Nothing landed.
     assert_eq!(raw_keys(&store, Subspace::Snapshot, None).await, 6);
+}
+
+/// Between an expiry's commit and its purge (design 0015) the expired
+/// snapshots' records are still in the store; every reader skips them, a
+/// second expiry cannot name them again, and the purge of both expiries'
+/// entries deletes exactly their records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiring_snapshots_are_gone_for_every_reader_before_the_purge() {
+    use moraine::catalog::expiring;
+    const LAST: i64 = 20;
+    let store = memory_store("expiring").await;
+    snapshots_up_to(&store, LAST).await;
+    expire(&store, &(0..=9).collect::<Vec<_>>()).await;
+    assert_eq!(
+        raw_keys(&store, Subspace::Snapshot, None).await,
+        LAST as usize + 1
+    );
+
+    let mut reader = StagedTransaction::new(store.clone());
+    let ids = |rows: Arc<moraine::catalog::Rows>| {
+        rows.iter()
+            .map(|r| r[0].as_int().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let retained: Vec<i64> = (10..=LAST).collect();
+    assert_eq!(
+        ids(reader.visible_rows(fixed(Kind::Snapshot)).await.unwrap()),
+        retained
+    );
+    assert_eq!(
+        ids(reader
+            .visible_rows(fixed(Kind::SnapshotChanges))
+            .await
+            .unwrap()),
+        retained
+    );
+    let err = catalog::dump_at(&store, 5).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err}");
+    catalog::dump_at(&store, 15).await.unwrap();
+
+    // A commit that names an expiring snapshot again is refused, and so is
+    // one that deletes its changes as if the snapshot still lived.
+    let head = catalog::read_head(&store, &store.snapshot().await.unwrap())
+        .await
+        .unwrap();
+    for (kind, row) in [
+        (Kind::Snapshot, snapshot_row(5, 1, 3, 10)),
+        (Kind::SnapshotChanges, changes_row(5, "altered_table:1")),
+    ] {
+        let ops = vec![moraine::staged::StagedOp::Delete {
+            table: fixed(kind),
+            row,
+        }];
+        let view = store.snapshot().await.unwrap();
+        let outcome =
+            moraine::staged::translate::commit(&store, &view, head, &ops, &Default::default())
+                .await;
+        match kind {
+            Kind::Snapshot => assert!(matches!(outcome, Err(Error::NotFound(_))), "{outcome:?}"),
+            _ => assert!(
+                outcome.is_ok(),
+                "a changes delete of an expired snapshot is a no-op: {outcome:?}"
+            ),
+        }
+    }
+
+    // verify and the audit count the retained snapshots only, and the audit
+    // declares the records awaiting their purge.
+    let check = moraine::verify::check_catalog(&store).await.unwrap();
+    assert!(check.violations.is_empty(), "{:?}", check.violations);
+    assert_eq!(check.snapshots, retained.len() as u64);
+    let audit = moraine::reclaim::audit::audit(&store).await.unwrap();
+    assert_eq!(audit.snapshot_count, retained.len() as u64);
+    assert_eq!(audit.oldest_snapshot_id, Some(10));
+    assert!(
+        audit.coverage.values().all(Option::is_some),
+        "{:?}",
+        audit.coverage
+    );
+    assert_eq!(
+        audit.logical["snapshot (expired, awaiting purge)"].0, 10,
+        "{:?}",
+        audit.logical
+    );
+
+    // A second expiry before the purge writes a second entry; one purge
+    // takes both.
+    expire(&store, &(10..=14).collect::<Vec<_>>()).await;
+    assert_eq!(raw_keys(&store, Subspace::Expiring, None).await, 2);
+    assert_eq!(expiring::purge(&store).await.unwrap(), 15);
+    assert_eq!(raw_keys(&store, Subspace::Snapshot, None).await, 6);
+    assert_eq!(raw_keys(&store, Subspace::Expiring, None).await, 0);
+    assert_eq!(expiring::purge(&store).await.unwrap(), 0);
+    assert_eq!(
+        ids(StagedTransaction::new(store.clone())
+            .visible_rows(fixed(Kind::Snapshot))
+            .await
+            .unwrap()),
+        (15..=LAST).collect::<Vec<_>>()
+    );
 }

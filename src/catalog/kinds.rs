@@ -63,10 +63,13 @@ pub enum Reclaim {
     /// A derived copy of live records (the head image): each image a writer
     /// takes deletes every part of the one before.
     ReplacedByNextImage,
+    /// Deleted by the purge that follows an expiry's commit: the expiring
+    /// entry and the snapshot records it names go in one batch.
+    PurgedAfterExpiry,
 }
 
 impl Reclaim {
-    pub const ALL: [Reclaim; 9] = [
+    pub const ALL: [Reclaim; 10] = [
         Reclaim::SnapshotExpiry,
         Reclaim::DeadTableCascade,
         Reclaim::WithDataFile,
@@ -76,6 +79,7 @@ impl Reclaim {
         Reclaim::InlineFlush,
         Reclaim::BoundedByDesign,
         Reclaim::ReplacedByNextImage,
+        Reclaim::PurgedAfterExpiry,
     ];
 
     pub fn name(self) -> &'static str {
@@ -89,6 +93,7 @@ impl Reclaim {
             Reclaim::InlineFlush => "InlineFlush",
             Reclaim::BoundedByDesign => "BoundedByDesign",
             Reclaim::ReplacedByNextImage => "ReplacedByNextImage",
+            Reclaim::PurgedAfterExpiry => "PurgedAfterExpiry",
         }
     }
 }

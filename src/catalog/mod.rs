@@ -5,6 +5,7 @@
 //! view. It knows DuckLake's table shapes; it knows key bytes only through
 //! `store::keys`.
 
+pub mod expiring;
 pub mod image;
 pub mod kinds;
 pub mod rows;
@@ -169,6 +170,11 @@ pub fn record_prefixes(kind: Kind) -> Vec<Vec<u8>> {
         Lifecycle::Unversioned => vec![keys::prefix(Subspace::Current, Some(kind.tag()))],
         Lifecycle::Embedded { parent, .. } => record_prefixes(parent),
     }
+}
+
+/// The key of snapshot `id`'s record (its changes ride inside it).
+pub fn snapshot_key(id: i64) -> Vec<u8> {
+    keys::key(Subspace::Snapshot, None, &[Cell::Int(id)])
 }
 
 /// The tag a kind's record values are framed with.
@@ -360,6 +366,20 @@ async fn rows_under(
             })?);
         }
     }
+    if matches!(
+        kind.def().lifecycle,
+        Lifecycle::Snapshot | Lifecycle::SnapshotChanges
+    ) {
+        let expiring = expiring::read(store, view).await?;
+        if !expiring.is_empty() {
+            records.retain(|r| {
+                !r.row
+                    .first()
+                    .and_then(Cell::as_int)
+                    .is_some_and(|id| expiring.contains(id))
+            });
+        }
+    }
     // Insertion order, as a SQL catalog's heap serves it; the sort is stable,
     // so records without an ordinal keep key order.
     records.sort_by_key(|r| r.ordinal);
@@ -376,8 +396,7 @@ pub async fn dump_head(store: &Store) -> Result<Dump> {
     let head = read_head(store, &view)
         .await?
         .ok_or_else(|| Error::NotFound("the catalog is not initialised".into()))?;
-    let head_key = keys::key(Subspace::Snapshot, None, &[Cell::Int(head.snapshot_id)]);
-    let head_record = match store.get(&view, &head_key).await? {
+    let head_record = match store.get(&view, &snapshot_key(head.snapshot_id)).await? {
         Some(bytes) => decode_record(Kind::Snapshot.tag(), &bytes)?,
         None => {
             return Err(Error::corruption(format!(
@@ -414,8 +433,8 @@ pub async fn dump_at(store: &Store, at: i64) -> Result<Dump> {
     let head = read_head(store, &view)
         .await?
         .ok_or_else(|| Error::NotFound("the catalog is not initialised".into()))?;
-    let key = keys::key(Subspace::Snapshot, None, &[Cell::Int(at)]);
-    if store.get(&view, &key).await?.is_none() {
+    let expired = expiring::read(store, &view).await?.contains(at);
+    if expired || store.get(&view, &snapshot_key(at)).await?.is_none() {
         return Err(Error::NotFound(format!(
             "snapshot {at} does not exist or has been expired"
         )));

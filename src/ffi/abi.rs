@@ -327,6 +327,9 @@ pub extern "C" fn moraine_close(db: *mut MoraineDb) {
             // few packed values instead of a record per row. A failure, or
             // an image that takes too long (a huge inlined table), only
             // leaves the image stale: it is one atomic batch.
+            // An expiry's records go before the image and the detach, so
+            // the next attach finds no entry (design 0015).
+            let _ = block_on(db.shared.finish_purge(&db.store));
             let image = crate::staged::take_image(
                 &db.store,
                 &db.shared,
@@ -370,7 +373,14 @@ pub extern "C" fn moraine_txn_begin(
 #[no_mangle]
 pub extern "C" fn moraine_txn_commit(txn: *mut MoraineTxn, err: *mut *mut c_char) -> i32 {
     guarded(err, || {
-        on_staged(txn, async |s| s.commit().await).map(|_| ())
+        on_staged(txn, async |s| {
+            let expires = s.expires_snapshots();
+            s.commit().await?;
+            if expires {
+                s.shared().purge_soon(s.store().clone());
+            }
+            Ok(())
+        })
     })
 }
 

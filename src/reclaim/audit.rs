@@ -3,11 +3,11 @@
 //! Read-only: safe on a live store.
 
 use super::{physical_usage, PhysicalUsage};
-use crate::catalog::{self, image, Cell, Kind, Reclaim, SysRecord};
+use crate::catalog::{self, expiring, image, Cell, Kind, Reclaim, SysRecord};
 use crate::column;
 use crate::error::Result;
 use crate::inline::InlineRecord;
-use crate::store::keys::Subspace;
+use crate::store::keys::{self, Subspace};
 use crate::store::value::decode_record;
 use crate::store::Store;
 use std::collections::BTreeMap;
@@ -138,6 +138,10 @@ pub fn declared(key: &[u8]) -> (String, Option<Reclaim>) {
             Ok((table, _)) => (format!("image/{table}"), Some(Reclaim::ReplacedByNextImage)),
             Err(_) => ("image/malformed key".into(), None),
         },
+        Subspace::Expiring => (
+            subspace.name().to_string(),
+            Some(Reclaim::PurgedAfterExpiry),
+        ),
     }
 }
 
@@ -179,6 +183,7 @@ pub async fn audit(store: &Store) -> Result<Audit> {
             })
             .filter_map(|row| row.get(column!(Table, table_id)).and_then(Cell::as_int))
             .collect();
+    let expiring = expiring::read(store, &view).await?;
     // Every key of the store, whatever its first byte: the coverage guard
     // must see keys outside the known subspaces too.
     for (key, value) in store.scan_prefix(&view, b"").await? {
@@ -187,14 +192,26 @@ pub async fn audit(store: &Store) -> Result<Audit> {
             entry.0 += 1;
             entry.1 += (key.len() + value.len()) as u64;
         }
-        let (label, path) = declared(&key);
+        let awaiting_purge = key.first() == Some(&(Subspace::Snapshot as u8))
+            && keys::decode_cells(&key, 1)
+                .ok()
+                .and_then(|cells| cells.first().and_then(Cell::as_int))
+                .is_some_and(|id| expiring.contains(id));
+        let (label, path) = if awaiting_purge {
+            (
+                "snapshot (expired, awaiting purge)".to_string(),
+                Some(Reclaim::PurgedAfterExpiry),
+            )
+        } else {
+            declared(&key)
+        };
         let entry = report.logical.entry(label.clone()).or_default();
         entry.0 += 1;
         entry.1 += (key.len() + value.len()) as u64;
         report.coverage.insert(label, path);
         match key.first().and_then(|b| Subspace::from_byte(*b)) {
             Some(Subspace::History) => report.history_versions += 1,
-            Some(Subspace::Snapshot) => {
+            Some(Subspace::Snapshot) if !awaiting_purge => {
                 report.snapshot_count += 1;
                 let record = decode_record(Kind::Snapshot.tag(), &value)?;
                 if report.oldest_snapshot_id.is_none() {

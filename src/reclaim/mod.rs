@@ -107,6 +107,9 @@ pub async fn reclaim(
     // The writer turn is held for the whole reclaim: its compactions and
     // collection run beside this process's writer, not another's.
     let pin = store.hold_writer().await?;
+    // Expired snapshots' records still waiting for their purge go first,
+    // so their bytes come back in this reclaim.
+    crate::catalog::expiring::purge(store).await?;
     let db = pin.db();
     let admin = upkeep::admin(store.root(), store.object_store());
     let urgent = pin.compaction().urgent().await;

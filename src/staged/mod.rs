@@ -16,6 +16,7 @@ pub mod pushdown;
 pub mod shared;
 pub mod translate;
 
+use crate::catalog::expiring;
 use crate::catalog::image::Images;
 use crate::catalog::writes::{KeySet, KnownKeys};
 use crate::catalog::{self, ColumnDesc, Head, Kind, Row, Rows, TableRef};
@@ -123,6 +124,39 @@ pub struct AttachShared {
     /// each costs a SlateDB scan, so a cold attach from a whole image
     /// reads none.
     pub tables_read_from_records: AtomicU64,
+    /// The purge of expiring snapshots this attach's last expiry started
+    /// (design 0015).
+    purge: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl AttachShared {
+    /// Starts the purge of the snapshots an expiry just committed away, on
+    /// the runtime, beside the statements that follow. A purge that fails
+    /// leaves its entries for the next one.
+    pub fn purge_soon(&self, store: Arc<Store>) {
+        let task = tokio::spawn(async move {
+            let _ = expiring::purge(&store).await;
+        });
+        if let Ok(mut pending) = self.purge.lock() {
+            // One still running goes on unwatched; the purges take turns.
+            *pending = Some(task);
+        }
+    }
+
+    /// Waits for the purge this attach started, then purges whatever is
+    /// left: entries of a purge that failed, or of a process that stopped
+    /// before its purge ran.
+    pub async fn finish_purge(&self, store: &Store) -> Result<u64> {
+        let pending = self
+            .purge
+            .lock()
+            .ok()
+            .and_then(|mut pending| pending.take());
+        if let Some(task) = pending {
+            let _ = task.await;
+        }
+        expiring::purge(store).await
+    }
 }
 
 pub struct StagedTransaction {
@@ -674,6 +708,24 @@ impl StagedTransaction {
                 Some((table, shared::Finished { base, rows }))
             })
             .collect()
+    }
+
+    /// Whether the staged operations expire snapshots: their records wait
+    /// for [`AttachShared::purge_soon`] once the commit lands.
+    pub fn expires_snapshots(&self) -> bool {
+        self.ops.iter().any(|op| {
+            matches!(
+                op,
+                StagedOp::Delete {
+                    table: TableRef::Fixed(Kind::Snapshot),
+                    ..
+                }
+            )
+        })
+    }
+
+    pub fn shared(&self) -> &Arc<AttachShared> {
+        &self.shared
     }
 
     /// Translates the staged operations into one store transaction and waits

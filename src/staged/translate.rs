@@ -11,6 +11,7 @@
 //! fails with a `conflict` DuckLake retries.
 
 use super::{CommitOutcome, StagedOp};
+use crate::catalog::expiring::{self, Expiring};
 use crate::catalog::writes::{KnownKeys, WriteSet};
 use crate::catalog::{self, Cell, Head, Kind, Lifecycle, Row, TableRef};
 use crate::column;
@@ -164,7 +165,13 @@ enum RowOp<'r> {
 }
 
 struct Translator<'a> {
+    txn: &'a StoreTxn,
     writes: WriteSet<'a>,
+    /// The snapshots earlier expiries committed away whose records the
+    /// purge has not deleted yet, read at the first snapshot delete.
+    expiring: Option<Expiring>,
+    /// The snapshots this commit expires.
+    expired: BTreeSet<i64>,
     inline: InlineCommit,
     head: Option<Head>,
     minted: Option<i64>,
@@ -182,7 +189,10 @@ struct Translator<'a> {
 impl<'a> Translator<'a> {
     fn new(txn: &'a StoreTxn, head: Option<Head>, known: &'a KnownKeys) -> Self {
         Translator {
+            txn,
             writes: WriteSet::new(txn, known),
+            expiring: None,
+            expired: BTreeSet::new(),
             inline: InlineCommit::default(),
             head,
             minted: None,
@@ -317,11 +327,12 @@ impl<'a> Translator<'a> {
                         "snapshot {id} is the head snapshot and cannot be deleted"
                     )));
                 }
-                let key = catalog::location(kind, row)?;
-                if !self.writes.exists(&key).await? {
+                if !self.snapshot_lives(id).await? {
                     return Err(Error::NotFound(format!("snapshot {id} does not exist")));
                 }
-                self.writes.remove(key);
+                // The record stays until the purge; the commit's expiring
+                // entry hides it from every reader (design 0015).
+                self.expired.insert(id);
                 Ok(())
             }
             RowOp::Update { .. } => Err(no_update(kind)),
@@ -350,8 +361,8 @@ impl<'a> Translator<'a> {
                 Ok(())
             }
             RowOp::Delete(row) => {
-                let key = catalog::location(kind, row)?;
-                if self.writes.exists(&key).await? {
+                let id = row[SNAPSHOT_ID].as_int().unwrap_or(-1);
+                if self.snapshot_lives(id).await? {
                     return Err(Error::Constraint(format!(
                         "snapshot changes of {:?} can only be deleted together with their snapshot",
                         row[SNAPSHOT_ID]
@@ -361,6 +372,21 @@ impl<'a> Translator<'a> {
             }
             RowOp::Update { .. } => Err(no_update(kind)),
         }
+    }
+
+    /// Whether snapshot `id` has a record that neither this commit nor an
+    /// earlier expiry expired.
+    async fn snapshot_lives(&mut self, id: i64) -> Result<bool> {
+        if self.expired.contains(&id) {
+            return Ok(false);
+        }
+        if !self.writes.exists(&catalog::snapshot_key(id)).await? {
+            return Ok(false);
+        }
+        if self.expiring.is_none() {
+            self.expiring = Some(expiring::read_in(self.txn).await?);
+        }
+        Ok(!self.expiring.as_ref().is_some_and(|e| e.contains(id)))
     }
 
     /// Versioned entities: [`catalog::location`] puts a live version under
@@ -658,6 +684,10 @@ impl<'a> Translator<'a> {
         };
         self.writes
             .put(keys::SYS_HEAD.to_vec(), catalog::HEAD_TAG, head.record());
+        if !self.expired.is_empty() {
+            let (key, value) = expiring::entry(batch_count, &self.expired);
+            self.txn.put(&key, &value)?;
+        }
         self.head = Some(head);
         Ok(match self.minted {
             Some(id) => CommitOutcome::Snapshot(id),

@@ -27,10 +27,13 @@ pub enum Subspace {
     /// The head image: packed copies of committed tables, derived from the
     /// subspaces above (`catalog::image`).
     Image = 7,
+    /// Snapshots an expiry committed away whose records are not yet
+    /// deleted (`catalog::expiring`).
+    Expiring = 8,
 }
 
 impl Subspace {
-    pub const ALL: [Subspace; 7] = [
+    pub const ALL: [Subspace; 8] = [
         Subspace::Sys,
         Subspace::Snapshot,
         Subspace::Current,
@@ -38,6 +41,7 @@ impl Subspace {
         Subspace::SchemaVersion,
         Subspace::Inline,
         Subspace::Image,
+        Subspace::Expiring,
     ];
 
     pub fn name(self) -> &'static str {
@@ -49,6 +53,7 @@ impl Subspace {
             Subspace::SchemaVersion => "schema_version",
             Subspace::Inline => "inline",
             Subspace::Image => "image",
+            Subspace::Expiring => "expiring",
         }
     }
 
