@@ -565,3 +565,30 @@ async fn expiring_snapshots_are_gone_for_every_reader_before_the_purge() {
         (15..=LAST).collect::<Vec<_>>()
     );
 }
+
+/// A process that stops between an expiry's commit and its purge leaves the
+/// entry in the store: the next writer reads the catalog without the
+/// expired snapshots, and its detach purges them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_left_by_a_stopped_writer_is_purged_by_the_next_detach() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = local_store(dir.path()).await;
+    snapshots_up_to(&store, 8).await;
+    expire(&store, &[0, 1, 2, 3]).await;
+    store.close().await.unwrap();
+    drop(store);
+
+    let store = local_store(dir.path()).await;
+    assert_eq!(raw_keys(&store, Subspace::Expiring, None).await, 1);
+    let left = StagedTransaction::new(store.clone())
+        .visible_rows(fixed(Kind::Snapshot))
+        .await
+        .unwrap();
+    let left: Vec<i64> = left.iter().map(|r| r[0].as_int().unwrap()).collect();
+    assert_eq!(left, (4..=8).collect::<Vec<_>>());
+    let shared = moraine::staged::AttachShared::default();
+    assert_eq!(shared.finish_purge(&store).await.unwrap(), 4);
+    assert_eq!(raw_keys(&store, Subspace::Snapshot, None).await, 5);
+    assert_eq!(raw_keys(&store, Subspace::Expiring, None).await, 0);
+    store.close().await.unwrap();
+}

@@ -465,3 +465,55 @@ async fn a_cold_session_scans_packed_rows_and_writes_through_them() {
     assert!(after.iter().all(|row| row[0] != int(115)));
     cold.check("a delete through a packed scan").await;
 }
+
+/// After a commit of this attach, a table the commit did not change and no
+/// transaction has read yet still comes from the image taken at the head
+/// before it; a table it changed comes from its records.
+#[tokio::test]
+async fn the_image_is_carried_across_a_commit_for_the_tables_it_did_not_change() {
+    let store = memory_store("carried").await;
+    bootstrap(&store).await;
+    create_table(&store, 1, 1, "t").await;
+    let first = Attach {
+        store: store.clone(),
+        shared: Arc::default(),
+    };
+    read_in(&first, &[Kind::Snapshot]).await;
+    assert!(take_image(&store, &first.shared, 0).await.unwrap());
+
+    let cold = Attach {
+        store: store.clone(),
+        shared: Arc::default(),
+    };
+    read_in(&cold, &[Kind::Snapshot, Kind::DataFile]).await;
+    let mut tx = cold.tx();
+    stage(&mut tx, Kind::Snapshot, snapshot_row(2, 1, 3, 11)).await;
+    stage(&mut tx, Kind::DataFile, data_file_row(10, 1, 2)).await;
+    stage(
+        &mut tx,
+        Kind::SnapshotChanges,
+        changes_row(2, "inserted_into_table:1"),
+    )
+    .await;
+    tx.commit().await.unwrap();
+    let from_records = || cold.shared.tables_read_from_records.load(Ordering::Relaxed);
+    assert_eq!(from_records(), 0);
+
+    // Never read, unchanged by the commit: the carried image answers, and
+    // its rows are the store's.
+    let mut tx = cold.tx();
+    let columns = tx.visible_rows(fixed(Kind::Column)).await.unwrap();
+    assert_eq!(
+        from_records(),
+        0,
+        "an unchanged table was read from its records"
+    );
+    assert_eq!(*columns, records_of(&store, fixed(Kind::Column)).await);
+    // The tables it changed are kept, carried by the commit itself; the
+    // changes of its snapshot ride inside the snapshot's record.
+    let changes = tx.visible_rows(fixed(Kind::SnapshotChanges)).await.unwrap();
+    assert_eq!(
+        *changes,
+        records_of(&store, fixed(Kind::SnapshotChanges)).await
+    );
+}

@@ -186,6 +186,9 @@ pub fn encode(table: TableRef, head: Head, rows: &Rows) -> Vec<Entry> {
 #[derive(Debug, Default)]
 pub struct Images {
     parts: HashMap<String, Vec<(u32, Bytes)>>,
+    /// The head the parts were taken at, when the image was carried to a
+    /// later head across commits that changed none of the tables it keeps.
+    taken_at: Option<Head>,
 }
 
 impl Images {
@@ -214,7 +217,24 @@ impl Images {
                 parts.entry(name).or_default().push((part, value));
             }
         }
-        Images { parts }
+        Images {
+            parts,
+            taken_at: None,
+        }
+    }
+
+    /// This image at the head after a commit, keeping only the tables
+    /// `unchanged` accepts: their rows at the new head are the ones taken.
+    pub fn carried(&self, taken_at: Head, unchanged: impl Fn(&str) -> bool) -> Images {
+        Images {
+            parts: self
+                .parts
+                .iter()
+                .filter(|(name, _)| unchanged(name))
+                .map(|(name, parts)| (name.clone(), parts.clone()))
+                .collect(),
+            taken_at: Some(self.taken_at.unwrap_or(taken_at)),
+        }
     }
 
     /// Whether the image has parts of `table`.
@@ -227,7 +247,9 @@ impl Images {
     /// fails to decode is not an error: the records are the truth.
     pub fn rows(&self, table: TableRef, head: Head, width: usize) -> Option<Rows> {
         let parts = self.parts.get(&table.name())?;
-        decode_parts(parts, head, width).ok().flatten()
+        decode_parts(parts, self.taken_at.unwrap_or(head), width)
+            .ok()
+            .flatten()
     }
 }
 

@@ -40,6 +40,18 @@ struct State {
     images: Option<Arc<Images>>,
 }
 
+/// Whether `ops` change `table`'s committed rows: an operation on it, on the
+/// parent whose rows decide which of its rows survive, or on a child that
+/// rides inside its records.
+fn changes(ops: &[StagedOp], table: TableRef) -> bool {
+    ops.iter().any(|op| {
+        let changed = op.table();
+        changed == table
+            || overlay::parent_table(table) == Some(changed)
+            || overlay::parent_table(changed) == Some(table)
+    })
+}
+
 /// A committing transaction's overlay of one table that holds every staged
 /// operation on it, and the committed rows it was built on.
 pub struct Finished {
@@ -173,14 +185,24 @@ impl SharedRows {
                 return;
             }
             s.head = Some(Some(head));
-            // An image is of one head: the commit made it stale.
-            s.images = None;
-            if ops.iter().any(|op| {
+            let ddl = ops.iter().any(|op| {
                 matches!(
                     op,
                     StagedOp::CreateTable { .. } | StagedOp::DropTable { .. }
                 )
-            }) {
+            });
+            // The image still holds, at the new head, every table the
+            // commit changed nothing of: a table first read after this
+            // commit decodes it instead of reading a record per row.
+            s.images = match (s.images.take(), premise) {
+                (Some(images), Some(taken_at)) if !ddl => {
+                    Some(Arc::new(images.carried(taken_at, |name| {
+                        TableRef::parse(name).is_some_and(|table| !changes(ops, table))
+                    })))
+                }
+                _ => None,
+            };
+            if ddl {
                 s.inline = None;
             }
             let touched: Vec<TableRef> = s
