@@ -487,14 +487,8 @@ async fn the_image_is_carried_across_a_commit_for_the_tables_it_did_not_change()
     };
     read_in(&cold, &[Kind::Snapshot, Kind::DataFile]).await;
     let mut tx = cold.tx();
-    stage(&mut tx, Kind::Snapshot, snapshot_row(2, 1, 3, 11)).await;
+    stage_snapshot(&mut tx, snapshot_row(2, 1, 3, 11), "inserted_into_table:1").await;
     stage(&mut tx, Kind::DataFile, data_file_row(10, 1, 2)).await;
-    stage(
-        &mut tx,
-        Kind::SnapshotChanges,
-        changes_row(2, "inserted_into_table:1"),
-    )
-    .await;
     tx.commit().await.unwrap();
     let from_records = || cold.shared.tables_read_from_records.load(Ordering::Relaxed);
     assert_eq!(from_records(), 0);
