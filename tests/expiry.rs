@@ -592,3 +592,23 @@ async fn an_entry_left_by_a_stopped_writer_is_purged_by_the_next_detach() {
     assert_eq!(raw_keys(&store, Subspace::Expiring, None).await, 0);
     store.close().await.unwrap();
 }
+
+/// A damaged entry that names snapshots at or past the head is refused by
+/// the purge, which deletes nothing, instead of deleting key by key across
+/// whatever range it names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_refuses_an_entry_naming_snapshots_past_the_head() {
+    use moraine::catalog::expiring;
+    let store = memory_store("expiring-damaged").await;
+    snapshots_up_to(&store, 5).await;
+    let (key, value) = expiring::entry(1_000, &[2, 1_000_000].into_iter().collect());
+    let view = store.snapshot().await.unwrap();
+    let txn = store.begin(&view).unwrap();
+    txn.put(&key, &value).unwrap();
+    store.commit(txn).await.unwrap();
+    drop(view);
+    let err = expiring::purge(&store).await.unwrap_err();
+    assert!(matches!(err, Error::Corruption(_)), "{err}");
+    assert_eq!(raw_keys(&store, Subspace::Snapshot, None).await, 6);
+    assert_eq!(raw_keys(&store, Subspace::Expiring, None).await, 1);
+}

@@ -51,6 +51,14 @@ impl Expiring {
         after > 0 && self.ranges[after - 1].1 >= id
     }
 
+    /// Whether every id named lies in `lo..=hi`.
+    pub fn within(&self, lo: i64, hi: i64) -> bool {
+        match (self.ranges.first(), self.ranges.last()) {
+            (Some(&(first, _)), Some(&(_, last))) => lo <= first && last <= hi,
+            _ => true,
+        }
+    }
+
     /// Every id named, in order.
     pub fn ids(&self) -> impl Iterator<Item = i64> + '_ {
         self.ranges.iter().flat_map(|&(lo, hi)| lo..=hi)
@@ -165,6 +173,17 @@ pub async fn purge(store: &Store) -> Result<u64> {
         return Ok(0);
     }
     let expiring = union_of(&entries)?;
+    // An expiry names only snapshots below the head. A range past it is
+    // damage, and deleting key by key across it might not end.
+    let newest_expired = super::read_head(store, &view)
+        .await?
+        .map_or(-1, |head| head.snapshot_id - 1);
+    if !expiring.within(0, newest_expired) {
+        return Err(Error::corruption(format!(
+            "expiring entries name snapshots outside 0..={newest_expired}, below the head: {:?}",
+            expiring.ranges
+        )));
+    }
     let txn = store.begin(&view)?;
     for id in expiring.ids() {
         txn.delete(&super::snapshot_key(id))?;
