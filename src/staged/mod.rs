@@ -665,15 +665,7 @@ impl StagedTransaction {
     /// its pinned head, every snapshot record's key follows from those rows.
     fn known_keys(&self) -> Result<KnownKeys> {
         let mut known = KnownKeys::default();
-        let expires = self.ops.iter().any(|op| {
-            matches!(
-                op,
-                StagedOp::Delete {
-                    table: TableRef::Fixed(Kind::Snapshot | Kind::SnapshotChanges),
-                    ..
-                }
-            )
-        });
+        let expires = self.deletes_from(&[Kind::Snapshot, Kind::SnapshotChanges]);
         let snapshots = self
             .pinned
             .as_ref()
@@ -723,14 +715,13 @@ impl StagedTransaction {
     /// Whether the staged operations expire snapshots: their records wait
     /// for [`AttachShared::purge_soon`] once the commit lands.
     pub fn expires_snapshots(&self) -> bool {
+        self.deletes_from(&[Kind::Snapshot])
+    }
+
+    /// Whether the staged operations delete rows of any of `kinds`.
+    fn deletes_from(&self, kinds: &[Kind]) -> bool {
         self.ops.iter().any(|op| {
-            matches!(
-                op,
-                StagedOp::Delete {
-                    table: TableRef::Fixed(Kind::Snapshot),
-                    ..
-                }
-            )
+            matches!(op, StagedOp::Delete { table: TableRef::Fixed(kind), .. } if kinds.contains(kind))
         })
     }
 

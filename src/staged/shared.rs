@@ -19,7 +19,8 @@ use super::overlay;
 use super::StagedOp;
 use crate::catalog::image::{Images, TableRows};
 use crate::catalog::{ColumnDesc, Head, Rows, TableRef};
-use std::collections::{BTreeMap, HashMap};
+use foldhash::fast::RandomState;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 /// The inline tables that exist at a head.
@@ -40,16 +41,16 @@ struct State {
     images: Option<Arc<Images>>,
 }
 
-/// Whether `ops` change `table`'s committed rows: an operation on it, on the
-/// parent whose rows decide which of its rows survive, or on a child that
-/// rides inside its records.
-fn changes(ops: &[StagedOp], table: TableRef) -> bool {
-    ops.iter().any(|op| {
-        let changed = op.table();
-        changed == table
-            || overlay::parent_table(table) == Some(changed)
-            || overlay::parent_table(changed) == Some(table)
-    })
+/// Whether a commit whose operations name the tables `operated` changes
+/// `table`'s committed rows: an operation on it, on the parent whose rows
+/// decide which of its rows survive, or on a child that rides inside its
+/// records.
+fn changes(operated: &HashSet<TableRef, RandomState>, table: TableRef) -> bool {
+    operated.contains(&table)
+        || overlay::parent_table(table).is_some_and(|parent| operated.contains(&parent))
+        || operated
+            .iter()
+            .any(|&child| overlay::parent_table(child) == Some(table))
 }
 
 /// A committing transaction's overlay of one table that holds every staged
@@ -185,6 +186,10 @@ impl SharedRows {
                 return;
             }
             s.head = Some(Some(head));
+            // The tables the operations name, once: an expiry stages
+            // thousands of operations on a handful of tables.
+            let operated: HashSet<TableRef, RandomState> =
+                ops.iter().map(StagedOp::table).collect();
             let ddl = ops.iter().any(|op| {
                 matches!(
                     op,
@@ -197,7 +202,7 @@ impl SharedRows {
             s.images = match (s.images.take(), premise) {
                 (Some(images), Some(taken_at)) if !ddl => {
                     Some(Arc::new(images.carried(taken_at, |name| {
-                        TableRef::parse(name).is_some_and(|table| !changes(ops, table))
+                        TableRef::parse(name).is_some_and(|table| !changes(&operated, table))
                     })))
                 }
                 _ => None,
@@ -209,7 +214,7 @@ impl SharedRows {
                 .tables
                 .keys()
                 .copied()
-                .filter(|t| ops.iter().any(|op| op.table() == *t))
+                .filter(|t| operated.contains(t))
                 .collect();
             let mut carried = finished;
             carried
