@@ -6,6 +6,7 @@
 pub mod counted;
 pub mod keys;
 pub mod lease;
+mod local;
 pub mod objects;
 mod remembered;
 pub mod settings;

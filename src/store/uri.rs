@@ -4,7 +4,6 @@
 use super::settings::S3Options;
 use crate::error::{Error, Result};
 use object_store::aws::AmazonS3Builder;
-use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::ObjectStore;
@@ -100,7 +99,7 @@ impl StoreUri {
                 }
                 std::fs::create_dir_all(dir)
                     .map_err(|e| Error::store(format!("creating {}", dir.display()), e))?;
-                let fs = LocalFileSystem::new_with_prefix(dir)
+                let fs = super::local::DirectLocal::new(dir)
                     .map_err(|e| Error::store(format!("opening {}", dir.display()), e))?;
                 Ok(Arc::new(fs))
             }

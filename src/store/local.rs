@@ -1,0 +1,623 @@
+//! A local directory as an object store, whose small reads run on the
+//! thread that asks.
+//!
+//! `object_store`'s `LocalFileSystem` hands every request to tokio's
+//! blocking pool: a read is two hand-offs (open, then read) and a thread
+//! wake-up each way. On these machines a hand-off costs 50 to 100 µs, while
+//! the read of a catalog block from the page cache costs a few: a cold
+//! attach makes about thirty such reads one after another, and waited two
+//! milliseconds for threads to wake. Reads up to [`INLINE_READ_BYTES`] and
+//! writes up to [`INLINE_WRITE_BYTES`] run here, on the caller's thread;
+//! larger ones (a compaction's input and output) and deletes go to
+//! `LocalFileSystem` as before. Listings of up to [`INLINE_LIST_ENTRIES`]
+//! entries run here too: an open lists the store's root and its manifests.
+//!
+//! Both paths do the same thing on disk, so that either may meet the other's
+//! objects: a write goes to a staged file beside its destination (`<name>#<n>`,
+//! which listings skip), then is published by a rename, or by a hard link
+//! when it must not replace an object (create-if-absent, on which SlateDB's
+//! fencing rests). An object's metadata is the one `LocalFileSystem`
+//! reports, e-tag included, so that a precondition taken from one holds
+//! against the other.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::stream::BoxStream;
+use futures_util::StreamExt;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{
+    Attributes, CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload,
+    ObjectMeta, ObjectStore, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+use std::fmt;
+use std::fs::{File, Metadata, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::ops::Range;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+/// Reads up to this many bytes run on the caller's thread: a block, an
+/// index, a manifest or a WAL object of a catalog. A larger read would hold
+/// an async worker for as long as the disk takes.
+const INLINE_READ_BYTES: u64 = 4 << 20;
+
+/// Writes up to this many bytes run on the caller's thread: a commit's WAL
+/// object, a manifest, the writer lease.
+const INLINE_WRITE_BYTES: usize = 1 << 20;
+
+/// A listing that meets more entries than this goes to `LocalFileSystem`.
+const INLINE_LIST_ENTRIES: usize = 1024;
+
+pub struct DirectLocal {
+    fs: LocalFileSystem,
+    /// The directory `fs` serves, as `LocalFileSystem` resolves it.
+    root: PathBuf,
+    /// `root` as an object path, to turn file names back into locations.
+    root_location: Path,
+}
+
+impl DirectLocal {
+    pub fn new(dir: &std::path::Path) -> object_store::Result<DirectLocal> {
+        let fs = LocalFileSystem::new_with_prefix(dir)?;
+        let root = std::fs::canonicalize(dir).map_err(|e| generic(dir, e))?;
+        let root_location = Path::from_absolute_path(&root)?;
+        Ok(DirectLocal {
+            fs,
+            root,
+            root_location,
+        })
+    }
+
+    fn folder(&self, prefix: Option<&Path>) -> object_store::Result<PathBuf> {
+        match prefix {
+            Some(prefix) if prefix.as_ref() != "" => self.fs.path_to_filesystem(prefix),
+            _ => Ok(self.root.clone()),
+        }
+    }
+
+    fn location(&self, file: &std::path::Path) -> object_store::Result<Path> {
+        let absolute = Path::from_absolute_path(file)?;
+        let location = absolute
+            .prefix_match(&self.root_location)
+            .map(Path::from_iter);
+        location.ok_or_else(|| generic(file, std::io::Error::other("outside the store")))
+    }
+
+    /// The objects under `prefix`, at any depth; `None` when there are too
+    /// many to list here.
+    fn list_here(&self, prefix: Option<&Path>) -> object_store::Result<Option<Vec<ObjectMeta>>> {
+        let mut folders = vec![self.folder(prefix)?];
+        let mut objects = Vec::new();
+        let mut seen = 0;
+        while let Some(folder) = folders.pop() {
+            for (path, metadata) in entries(&folder)? {
+                seen += 1;
+                if seen > INLINE_LIST_ENTRIES {
+                    return Ok(None);
+                }
+                if metadata.is_dir() {
+                    folders.push(path);
+                } else if let Some(meta) = self.object(&path, &metadata)? {
+                    objects.push(meta);
+                }
+            }
+        }
+        Ok(Some(objects))
+    }
+
+    /// One folder's objects and subfolders; `None` when it has too many
+    /// entries to list here.
+    fn list_folder_here(&self, prefix: Option<&Path>) -> object_store::Result<Option<ListResult>> {
+        let prefix_location = prefix.cloned().unwrap_or_default();
+        let found = entries(&self.folder(prefix)?)?;
+        if found.len() > INLINE_LIST_ENTRIES {
+            return Ok(None);
+        }
+        let mut common_prefixes = std::collections::BTreeSet::new();
+        let mut objects = Vec::new();
+        for (path, metadata) in found {
+            if metadata.is_dir() {
+                if let Some(name) = self.location(&path)?.filename() {
+                    common_prefixes.insert(prefix_location.clone().join(name));
+                }
+            } else if let Some(meta) = self.object(&path, &metadata)? {
+                objects.push(meta);
+            }
+        }
+        Ok(Some(ListResult {
+            common_prefixes: common_prefixes.into_iter().collect(),
+            objects,
+            extensions: Default::default(),
+        }))
+    }
+
+    /// A file's metadata as a listing reports it; `None` for a staged
+    /// write (`<name>#<n>`), which `LocalFileSystem` does not list either.
+    fn object(
+        &self,
+        path: &std::path::Path,
+        metadata: &Metadata,
+    ) -> object_store::Result<Option<ObjectMeta>> {
+        let location = self.location(path)?;
+        let staged = location
+            .filename()
+            .and_then(|name| name.split_once('#'))
+            .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        Ok((!staged).then(|| object_meta(metadata, location)))
+    }
+
+    /// The object at `location`, read here when it is small enough; `None`
+    /// when the read is to go to `LocalFileSystem`.
+    fn read_here(
+        &self,
+        location: &Path,
+        options: &GetOptions,
+    ) -> object_store::Result<Option<GetResult>> {
+        let path = self.fs.path_to_filesystem(location)?;
+        let not_found = |source: std::io::Error| object_store::Error::NotFound {
+            path: path.display().to_string(),
+            source: Box::new(source),
+        };
+        let file = File::open(&path).map_err(|e| match e.kind() {
+            ErrorKind::NotFound => not_found(e),
+            _ => generic(&path, e),
+        })?;
+        let metadata = file.metadata().map_err(|e| generic(&path, e))?;
+        if metadata.is_dir() {
+            return Err(not_found(std::io::Error::new(
+                ErrorKind::NotFound,
+                "is a directory",
+            )));
+        }
+        let meta = object_meta(&metadata, location.clone());
+        options.check_preconditions(&meta)?;
+        let range = match &options.range {
+            Some(r) => r
+                .as_range(meta.size)
+                .map_err(|e| generic(&path, std::io::Error::other(e.to_string())))?,
+            None => 0..meta.size,
+        };
+        let bytes = if options.head {
+            Bytes::new()
+        } else if range.end - range.start > INLINE_READ_BYTES {
+            return Ok(None);
+        } else {
+            read_range(&file, &path, range.clone())?
+        };
+        let stream = futures_util::stream::once(async move { Ok(bytes) });
+        Ok(Some(GetResult {
+            payload: GetResultPayload::Stream(Box::pin(stream)),
+            meta,
+            range,
+            attributes: Attributes::default(),
+            extensions: Default::default(),
+        }))
+    }
+}
+
+/// Writes `payload` to `path` as `LocalFileSystem` does: staged, then
+/// published by rename (`Overwrite`) or hard link (`Create`).
+fn write_here(
+    path: &std::path::Path,
+    payload: &PutPayload,
+    create: bool,
+) -> object_store::Result<PutResult> {
+    let (mut file, staged) = staged_file(path)?;
+    let written = payload
+        .iter()
+        .try_for_each(|chunk| file.write_all(chunk))
+        .and_then(|()| file.metadata());
+    drop(file);
+    let published = written
+        .map_err(|e| generic(&staged, e))
+        .and_then(|metadata| {
+            publish(&staged, path, create)?;
+            Ok(metadata)
+        });
+    match published {
+        Ok(metadata) => Ok(PutResult {
+            e_tag: Some(e_tag(&metadata)),
+            version: None,
+            extensions: Default::default(),
+        }),
+        Err(e) => {
+            let _ = std::fs::remove_file(&staged);
+            Err(e)
+        }
+    }
+}
+
+/// A new file beside `path`, named `<path>#<n>` for the first free `n`,
+/// with `path`'s folders created as needed.
+fn staged_file(path: &std::path::Path) -> object_store::Result<(File, PathBuf)> {
+    let mut n = 1u64;
+    loop {
+        let mut staged = path.as_os_str().to_owned();
+        staged.push(format!("#{n}"));
+        let staged = PathBuf::from(staged);
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&staged)
+        {
+            Ok(file) => return Ok((file, staged)),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => n += 1,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                let parent = staged.parent().ok_or_else(|| generic(&staged, e))?;
+                std::fs::create_dir_all(parent).map_err(|e| generic(parent, e))?;
+            }
+            Err(e) => return Err(generic(&staged, e)),
+        }
+    }
+}
+
+fn publish(
+    staged: &std::path::Path,
+    path: &std::path::Path,
+    create: bool,
+) -> object_store::Result<()> {
+    if !create {
+        return std::fs::rename(staged, path).map_err(|e| generic(path, e));
+    }
+    match std::fs::hard_link(staged, path) {
+        Ok(()) => {
+            let _ = std::fs::remove_file(staged);
+            Ok(())
+        }
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => Err(object_store::Error::AlreadyExists {
+            path: path.display().to_string(),
+            source: Box::new(e),
+        }),
+        Err(e) => Err(generic(path, e)),
+    }
+}
+
+/// A folder's entries with their metadata, links followed; a folder that
+/// does not exist has none, and an entry removed while it is read is
+/// skipped, as in `LocalFileSystem`.
+fn entries(folder: &std::path::Path) -> object_store::Result<Vec<(PathBuf, Metadata)>> {
+    let listing = match std::fs::read_dir(folder) {
+        Ok(listing) => listing,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(generic(folder, e)),
+    };
+    let mut out = Vec::new();
+    for entry in listing {
+        let path = entry.map_err(|e| generic(folder, e))?.path();
+        match std::fs::metadata(&path) {
+            Ok(metadata) => out.push((path, metadata)),
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(generic(&path, e)),
+        }
+    }
+    Ok(out)
+}
+
+fn generic(path: &std::path::Path, source: std::io::Error) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "LocalFileSystem",
+        source: format!("{}: {source}", path.display()).into(),
+    }
+}
+
+fn read_range(
+    file: &File,
+    path: &std::path::Path,
+    range: Range<u64>,
+) -> object_store::Result<Bytes> {
+    let len = usize::try_from(range.end - range.start)
+        .map_err(|_| generic(path, std::io::Error::other("range too large")))?;
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, range.start)
+        .map_err(|e| generic(path, e))?;
+    Ok(buf.into())
+}
+
+/// The metadata `LocalFileSystem` reports for a file.
+fn object_meta(metadata: &Metadata, location: Path) -> ObjectMeta {
+    ObjectMeta {
+        location,
+        last_modified: metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH).into(),
+        size: metadata.len(),
+        e_tag: Some(e_tag(metadata)),
+        version: None,
+    }
+}
+
+/// `LocalFileSystem`'s e-tag: the inode, the modification time in
+/// microseconds and the size.
+fn e_tag(metadata: &Metadata) -> String {
+    let mtime = metadata
+        .modified()
+        .unwrap_or(SystemTime::UNIX_EPOCH)
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_micros();
+    let (inode, size) = (metadata.ino(), metadata.len());
+    format!("\"{inode:x}-{mtime:x}-{size:x}\"")
+}
+
+impl fmt::Debug for DirectLocal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DirectLocal({})", self.fs)
+    }
+}
+
+impl fmt::Display for DirectLocal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.fs, f)
+    }
+}
+
+#[async_trait]
+impl ObjectStore for DirectLocal {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        let create = match opts.mode {
+            PutMode::Overwrite => false,
+            PutMode::Create => true,
+            PutMode::Update(_) => return self.fs.put_opts(location, payload, opts).await,
+        };
+        if payload.content_length() > INLINE_WRITE_BYTES || !opts.attributes.is_empty() {
+            return self.fs.put_opts(location, payload, opts).await;
+        }
+        write_here(&self.fs.path_to_filesystem(location)?, &payload, create)
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.fs.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        match self.read_here(location, &options)? {
+            Some(result) => Ok(result),
+            None => self.fs.get_opts(location, options).await,
+        }
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.fs.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        match self.list_here(prefix) {
+            Ok(Some(objects)) => futures_util::stream::iter(objects.into_iter().map(Ok)).boxed(),
+            Ok(None) => self.fs.list(prefix),
+            Err(e) => futures_util::stream::once(async move { Err(e) }).boxed(),
+        }
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.fs.list_with_offset(prefix, offset)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        match self.list_folder_here(prefix)? {
+            Some(listing) => Ok(listing),
+            None => self.fs.list_with_delimiter(prefix).await,
+        }
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.fs.copy_opts(from, to, options).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::{GetRange, ObjectStoreExt};
+    use std::sync::Arc;
+
+    /// The same folder, through moraine's store and through `LocalFileSystem`.
+    fn both() -> (tempfile::TempDir, DirectLocal, LocalFileSystem) {
+        let dir = tempfile::tempdir().unwrap();
+        let direct = DirectLocal::new(dir.path()).unwrap();
+        let fs = LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+        (dir, direct, fs)
+    }
+
+    async fn read(store: &dyn ObjectStore, location: &Path, range: Option<GetRange>) -> Bytes {
+        let options = GetOptions {
+            range,
+            ..GetOptions::default()
+        };
+        store
+            .get_opts(location, options)
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn what_one_writes_the_other_reads_with_the_same_metadata() {
+        let (_dir, direct, fs) = both();
+        let mine = Path::from("wal/00000000000000000001.sst");
+        let theirs = Path::from("manifest/00000000000000000001.manifest");
+        let put = direct.put(&mine, PutPayload::from("mine")).await.unwrap();
+        fs.put(&theirs, PutPayload::from("theirs")).await.unwrap();
+        for location in [&mine, &theirs] {
+            let (a, b) = (
+                direct.head(location).await.unwrap(),
+                fs.head(location).await.unwrap(),
+            );
+            assert_eq!(a, b, "{location}");
+            assert_eq!(
+                read(&direct, location, None).await,
+                read(&fs, location, None).await
+            );
+        }
+        assert_eq!(put.e_tag, fs.head(&mine).await.unwrap().e_tag);
+        let part = Some(GetRange::Bounded(1..3));
+        assert_eq!(
+            read(&direct, &theirs, part.clone()).await,
+            Bytes::from("he")
+        );
+        let suffix = Some(GetRange::Suffix(2));
+        assert_eq!(read(&direct, &mine, suffix).await, Bytes::from("ne"));
+        let past = GetOptions {
+            range: Some(GetRange::Bounded(10..20)),
+            ..GetOptions::default()
+        };
+        assert!(direct.get_opts(&mine, past).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn create_if_absent_refuses_an_existing_object_and_leaves_nothing_staged() {
+        let (dir, direct, _fs) = both();
+        let location = Path::from("manifest/00000000000000000007.manifest");
+        let create = || PutOptions::from(PutMode::Create);
+        direct
+            .put_opts(&location, PutPayload::from("first"), create())
+            .await
+            .unwrap();
+        let again = direct
+            .put_opts(&location, PutPayload::from("second"), create())
+            .await;
+        assert!(
+            matches!(again, Err(object_store::Error::AlreadyExists { .. })),
+            "{again:?}"
+        );
+        assert_eq!(read(&direct, &location, None).await, Bytes::from("first"));
+        let names: Vec<_> = std::fs::read_dir(dir.path().join("manifest"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, vec!["00000000000000000007.manifest"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn of_racing_creates_exactly_one_lands() {
+        let (_dir, direct, _fs) = both();
+        let direct = Arc::new(direct);
+        let location = Path::from("wal/00000000000000000009.sst");
+        let racers: Vec<_> = (0..16)
+            .map(|i| {
+                let (direct, location) = (direct.clone(), location.clone());
+                tokio::spawn(async move {
+                    let body = PutPayload::from(format!("writer {i}"));
+                    direct
+                        .put_opts(&location, body, PutOptions::from(PutMode::Create))
+                        .await
+                })
+            })
+            .collect();
+        let mut landed = 0;
+        for racer in racers {
+            match racer.await.unwrap() {
+                Ok(_) => landed += 1,
+                Err(object_store::Error::AlreadyExists { .. }) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(landed, 1);
+    }
+
+    #[tokio::test]
+    async fn listings_match_local_file_system_and_skip_staged_writes() {
+        let (dir, direct, fs) = both();
+        for name in [
+            "manifest/1.manifest",
+            "wal/1.sst",
+            "wal/2.sst",
+            "compacted/x.sst",
+            "lease",
+        ] {
+            direct
+                .put(&Path::from(name), PutPayload::from("x"))
+                .await
+                .unwrap();
+        }
+        // A write that stopped before it was published.
+        std::fs::write(dir.path().join("wal/3.sst#1"), "partial").unwrap();
+        let sorted = |mut v: Vec<ObjectMeta>| {
+            v.sort_by(|a, b| a.location.cmp(&b.location));
+            v
+        };
+        for prefix in [None, Some(Path::from("wal")), Some(Path::from("missing"))] {
+            let mine: Vec<ObjectMeta> = direct
+                .list(prefix.as_ref())
+                .map(|m| m.unwrap())
+                .collect()
+                .await;
+            let theirs: Vec<ObjectMeta> =
+                fs.list(prefix.as_ref()).map(|m| m.unwrap()).collect().await;
+            assert_eq!(sorted(mine), sorted(theirs), "{prefix:?}");
+            let mine = direct.list_with_delimiter(prefix.as_ref()).await.unwrap();
+            let theirs = fs.list_with_delimiter(prefix.as_ref()).await.unwrap();
+            assert_eq!(mine.common_prefixes, theirs.common_prefixes, "{prefix:?}");
+            assert_eq!(sorted(mine.objects), sorted(theirs.objects), "{prefix:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_object_or_a_folder_is_not_found() {
+        let (_dir, direct, _fs) = both();
+        direct
+            .put(&Path::from("wal/1.sst"), PutPayload::from("x"))
+            .await
+            .unwrap();
+        for location in ["wal/2.sst", "wal", "nothing/here"] {
+            let got = direct.head(&Path::from(location)).await;
+            assert!(
+                matches!(got, Err(object_store::Error::NotFound { .. })),
+                "{location}: {got:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn large_objects_go_through_local_file_system_whole() {
+        let (_dir, direct, fs) = both();
+        let location = Path::from("compacted/big.sst");
+        let body: Vec<u8> = (0..(INLINE_READ_BYTES as usize + 4096))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        direct
+            .put(&location, PutPayload::from(body.clone()))
+            .await
+            .unwrap();
+        assert_eq!(
+            read(&direct, &location, None).await,
+            Bytes::from(body.clone())
+        );
+        assert_eq!(
+            direct.head(&location).await.unwrap(),
+            fs.head(&location).await.unwrap()
+        );
+        let tail = Some(GetRange::Offset(INLINE_READ_BYTES));
+        assert_eq!(
+            read(&direct, &location, tail).await,
+            Bytes::from(body[INLINE_READ_BYTES as usize..].to_vec())
+        );
+    }
+}
