@@ -19,15 +19,16 @@ use super::{Head, Rows, TableRef};
 use crate::error::{Error, Result};
 use crate::store::keys::{self, Subspace};
 use crate::store::value::{frame, put_cell, put_varint, unframe, Reader};
-use crate::store::{KeyValues, ReadView, Store};
+use crate::store::{ReadView, Store};
 use bytes::Bytes;
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// A key and the value written under it.
 pub type Entry = (Vec<u8>, Vec<u8>);
 
 /// One table's committed rows, as an attach keeps them.
-pub type TableRows = (TableRef, std::sync::Arc<Rows>);
+pub type TableRows = (TableRef, Arc<Rows>);
 
 /// What taking an image writes and deletes.
 #[derive(Debug, Default)]
@@ -62,17 +63,32 @@ pub const MAX_IMAGE_BYTES: usize = 64 << 20;
 /// millisecond, even for no rows), and a cold attach reads twenty of them.
 pub const MIN_IMAGE_ROWS: usize = 64;
 
-/// The key of the image's stamp: the head the parts were taken at. A
-/// reader looks at it first, so a stale image costs one point read, not a
-/// scan of its parts.
+/// The key of the image's stamp: the head the parts were taken at and the
+/// tables they hold. A reader looks at it first, so a stale image costs one
+/// point read, and a fresh one tells which parts to read, table by table,
+/// when a transaction first asks for the table.
 pub fn stamp_key() -> Vec<u8> {
     keys::prefix(Subspace::Image, None)
 }
 
-fn encode_stamp(head: Head) -> Vec<u8> {
+/// What a stamp says: the head, and each imaged table's part count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    head: Head,
+    contents: HashMap<String, u32>,
+}
+
+fn encode_stamp(stamp: &Stamp) -> Vec<u8> {
     let mut value = frame(IMAGE_TAG);
-    put_cell(&mut value, &super::Cell::Int(head.snapshot_id));
-    put_cell(&mut value, &super::Cell::Int(head.batch_count));
+    put_cell(&mut value, &super::Cell::Int(stamp.head.snapshot_id));
+    put_cell(&mut value, &super::Cell::Int(stamp.head.batch_count));
+    let mut names: Vec<(&String, &u32)> = stamp.contents.iter().collect();
+    names.sort();
+    put_varint(&mut value, names.len() as u64);
+    for (name, parts) in names {
+        put_cell(&mut value, &super::Cell::Text(name.clone()));
+        put_varint(&mut value, u64::from(*parts));
+    }
     value
 }
 
@@ -88,19 +104,44 @@ fn read_head_cells(r: &mut Reader<'_>) -> Result<Head> {
     })
 }
 
-fn decode_stamp(value: &[u8]) -> Result<Head> {
+/// A stamp, or `None` for one whose image predates the table of contents
+/// (a head alone): that image is whole, and stale to this layout.
+fn decode_stamp(value: &[u8]) -> Result<Option<Stamp>> {
     let (_, payload) = unframe(IMAGE_TAG, value)?;
     let mut r = Reader::new(payload);
     let head = read_head_cells(&mut r)?;
+    if r.remaining() == 0 {
+        return Ok(None);
+    }
+    let tables = r.varint()?;
+    let mut contents = HashMap::new();
+    for _ in 0..tables {
+        let name = match r.cell()? {
+            super::Cell::Text(name) => name,
+            _ => {
+                return Err(Error::corruption(
+                    "image stamp names a table by a non-text cell",
+                ))
+            }
+        };
+        let parts = u32::try_from(r.varint()?)
+            .map_err(|_| Error::corruption("image part count out of range"))?;
+        contents.insert(name, parts);
+    }
     r.finish()?;
-    Ok(head)
+    Ok(Some(Stamp { head, contents }))
+}
+
+async fn read_stamp(store: &Store, view: &ReadView) -> Result<Option<Stamp>> {
+    let value = store.get(view, &stamp_key()).await?;
+    Ok(value.and_then(|v| decode_stamp(&v).ok().flatten()))
 }
 
 /// The head the store's image was taken at; `None` without an image, or
-/// with a stamp that does not decode.
+/// with a stamp that does not decode or that an earlier layout wrote: such
+/// an image is stale, and the next detach replaces it.
 pub async fn stamp(store: &Store, view: &ReadView) -> Result<Option<Head>> {
-    let value = store.get(view, &stamp_key()).await?;
-    Ok(value.and_then(|v| decode_stamp(&v).ok()))
+    Ok(read_stamp(store, view).await?.map(|stamp| stamp.head))
 }
 
 /// The prefix of every part of `table`'s image.
@@ -173,7 +214,9 @@ pub fn encode(table: TableRef, head: Head, rows: &Rows) -> Vec<Entry> {
         .zip(counts)
         .enumerate()
         .map(|(i, (body, count))| {
-            let mut value = encode_stamp(head);
+            let mut value = frame(IMAGE_TAG);
+            put_cell(&mut value, &super::Cell::Int(head.snapshot_id));
+            put_cell(&mut value, &super::Cell::Int(head.batch_count));
             put_varint(&mut value, parts);
             put_varint(&mut value, count as u64);
             value.extend_from_slice(&body);
@@ -182,10 +225,16 @@ pub fn encode(table: TableRef, head: Head, rows: &Rows) -> Vec<Entry> {
         .collect()
 }
 
-/// The image parts a read view holds, by table name, not yet decoded.
+/// The image a read view holds: its stamp's table of contents, and the
+/// parts of each table read so far, not yet decoded. A table's parts are
+/// read the first time a transaction asks for the table, by point reads: a
+/// cold attach's first query wants `ducklake_metadata` alone, and reading
+/// the snapshots, the changes and the inlined rows with it (most of the
+/// image's bytes) would hold it up.
 #[derive(Debug, Default)]
 pub struct Images {
-    parts: HashMap<String, Vec<(u32, Bytes)>>,
+    contents: HashMap<String, u32>,
+    read: Mutex<HashMap<String, Arc<[Bytes]>>>,
     /// The head the parts were taken at, when the image was carried to a
     /// later head across commits that changed none of the tables it keeps.
     taken_at: Option<Head>,
@@ -193,63 +242,86 @@ pub struct Images {
 
 impl Images {
     /// The image taken at `head`, if the store holds one: one point read
-    /// of the stamp, then one scan whose cost is the image's size, not the
-    /// number of rows it packs. Empty when the image is stale or missing.
+    /// of the stamp. Empty when the image is stale or missing.
     pub async fn read_at(store: &Store, view: &ReadView, head: Head) -> Result<Images> {
-        if stamp(store, view).await? != Some(head) {
-            return Ok(Images::default());
-        }
-        Ok(Images::from_entries(
-            store.scan_prefix(view, &stamp_key()).await?,
-        ))
+        Ok(match read_stamp(store, view).await? {
+            Some(stamp) if stamp.head == head => Images {
+                contents: stamp.contents,
+                ..Images::default()
+            },
+            _ => Images::default(),
+        })
     }
 
-    fn from_entries(entries: KeyValues) -> Images {
-        let stamp = stamp_key();
-        let mut parts: HashMap<String, Vec<(u32, Bytes)>> = HashMap::new();
-        for (key, value) in entries {
-            if key.as_ref() == stamp.as_slice() {
-                continue;
-            }
-            // A part whose key does not decode is ignored: the records
-            // answer for that table.
-            if let Ok((name, part)) = decode_key(&key) {
-                parts.entry(name).or_default().push((part, value));
-            }
-        }
-        Images {
-            parts,
-            taken_at: None,
-        }
+    fn read_parts(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<[Bytes]>>> {
+        // The map only caches reads: one a panicking reader left is whole.
+        self.read
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// This image at the head after a commit, keeping only the tables
     /// `unchanged` accepts: their rows at the new head are the ones taken.
     pub fn carried(&self, taken_at: Head, unchanged: impl Fn(&str) -> bool) -> Images {
+        let read = self
+            .read_parts()
+            .iter()
+            .filter(|(name, _)| unchanged(name))
+            .map(|(name, parts)| (name.clone(), parts.clone()))
+            .collect();
         Images {
-            parts: self
-                .parts
+            contents: self
+                .contents
                 .iter()
                 .filter(|(name, _)| unchanged(name))
-                .map(|(name, parts)| (name.clone(), parts.clone()))
+                .map(|(name, parts)| (name.clone(), *parts))
                 .collect(),
+            read: Mutex::new(read),
             taken_at: Some(self.taken_at.unwrap_or(taken_at)),
         }
     }
 
     /// Whether the image has parts of `table`.
     pub fn holds(&self, table: TableRef) -> bool {
-        self.parts.contains_key(&table.name())
+        self.contents.contains_key(&table.name())
     }
 
     /// `table`'s rows, packed, when its image is whole, taken at `head`,
-    /// and every row has `width` cells; `None` otherwise. An image that
-    /// fails to decode is not an error: the records are the truth.
-    pub fn rows(&self, table: TableRef, head: Head, width: usize) -> Option<Rows> {
-        let parts = self.parts.get(&table.name())?;
-        decode_parts(parts, self.taken_at.unwrap_or(head), width)
+    /// and every row has `width` cells; `None` otherwise. The parts are read
+    /// through `view` the first time. An image that fails to decode, or
+    /// whose parts another writer's image has since replaced, is not an
+    /// error: the records are the truth.
+    pub async fn rows(
+        &self,
+        store: &Store,
+        view: &ReadView,
+        table: TableRef,
+        head: Head,
+        width: usize,
+    ) -> Result<Option<Rows>> {
+        let name = table.name();
+        let Some(&count) = self.contents.get(&name) else {
+            return Ok(None);
+        };
+        let known = self.read_parts().get(&name).cloned();
+        let parts = match known {
+            Some(parts) => parts,
+            None => {
+                let mut parts = Vec::new();
+                for part in 0..count {
+                    match store.get(view, &part_key(table, part)).await? {
+                        Some(value) => parts.push(value),
+                        None => return Ok(None),
+                    }
+                }
+                let parts: Arc<[Bytes]> = parts.into();
+                self.read_parts().insert(name, parts.clone());
+                parts
+            }
+        };
+        Ok(decode_parts(&parts, self.taken_at.unwrap_or(head), width)
             .ok()
-            .flatten()
+            .flatten())
     }
 }
 
@@ -267,14 +339,12 @@ pub fn check_part(key: &[u8], value: &[u8]) -> Result<()> {
     header.payload.finish()
 }
 
-fn decode_parts(parts: &[(u32, Bytes)], head: Head, width: usize) -> Result<Option<Rows>> {
-    let mut sorted: Vec<&(u32, Bytes)> = parts.iter().collect();
-    sorted.sort_by_key(|(part, _)| *part);
+/// A table's rows from its parts, in part order.
+fn decode_parts(parts: &[Bytes], head: Head, width: usize) -> Result<Option<Rows>> {
     let mut rows = PackedBuilder::new(width);
-    for (expected, (part, value)) in sorted.iter().enumerate() {
+    for value in parts {
         let header = read_header(value)?;
-        if *part as usize != expected || header.head != head || header.parts as usize != parts.len()
-        {
+        if header.head != head || header.parts as usize != parts.len() {
             return Ok(None);
         }
         let at = value.len() - header.payload.remaining();
@@ -289,12 +359,18 @@ fn decode_parts(parts: &[(u32, Bytes)], head: Head, width: usize) -> Result<Opti
 /// every table of `tables`, and deletes of every other part `existing`
 /// holds.
 pub fn replacement(head: Head, tables: &[TableRows], existing: &[Vec<u8>]) -> Replacement {
-    let puts: Vec<Entry> = std::iter::once((stamp_key(), encode_stamp(head)))
-        .chain(
-            tables
-                .iter()
-                .flat_map(|(table, rows)| encode(*table, head, rows)),
-        )
+    let mut stamp = Stamp {
+        head,
+        contents: HashMap::new(),
+    };
+    let mut parts = Vec::new();
+    for (table, rows) in tables {
+        let encoded = encode(*table, head, rows);
+        stamp.contents.insert(table.name(), encoded.len() as u32);
+        parts.extend(encoded);
+    }
+    let puts: Vec<Entry> = std::iter::once((stamp_key(), encode_stamp(&stamp)))
+        .chain(parts)
         .collect();
     let written: std::collections::HashSet<&[u8]> =
         puts.iter().map(|(key, _)| key.as_slice()).collect();
@@ -324,13 +400,27 @@ mod tests {
             .collect()
     }
 
-    fn images(parts: Vec<Entry>) -> Images {
-        Images::from_entries(
-            parts
-                .into_iter()
-                .map(|(k, v)| (Bytes::from(k), Bytes::from(v)))
-                .collect(),
-        )
+    /// `table`'s rows from the parts among `entries`, in key order, as an
+    /// attach reads them.
+    fn decoded(entries: Vec<Entry>, table: TableRef, head: Head, width: usize) -> Option<Rows> {
+        let mut parts: Vec<(u32, Bytes)> = entries
+            .into_iter()
+            .filter_map(|(key, value)| match decode_key(&key) {
+                Ok((name, part)) if name == table.name() => Some((part, Bytes::from(value))),
+                _ => None,
+            })
+            .collect();
+        parts.sort_by_key(|(part, _)| *part);
+        if parts.is_empty()
+            || parts
+                .iter()
+                .enumerate()
+                .any(|(i, (part, _))| *part as usize != i)
+        {
+            return None;
+        }
+        let parts: Vec<Bytes> = parts.into_iter().map(|(_, value)| value).collect();
+        decode_parts(&parts, head, width).ok().flatten()
     }
 
     #[test]
@@ -339,10 +429,7 @@ mod tests {
         let many = rows(100_000);
         let parts = encode(table, head(7), &Rows::from(many.clone()));
         assert!(parts.len() > 1, "{} parts", parts.len());
-        assert_eq!(
-            images(parts).rows(table, head(7), 3),
-            Some(Rows::from(many))
-        );
+        assert_eq!(decoded(parts, table, head(7), 3), Some(Rows::from(many)));
     }
 
     #[test]
@@ -353,19 +440,19 @@ mod tests {
         };
         let many = Rows::from(rows(100_000));
         assert_eq!(
-            images(encode(table, head(7), &many)).rows(table, head(8), 3),
+            decoded(encode(table, head(7), &many), table, head(8), 3),
             None
         );
         assert_eq!(
-            images(encode(table, head(7), &many)).rows(table, head(7), 4),
+            decoded(encode(table, head(7), &many), table, head(7), 4),
             None
         );
         let mut parts = encode(table, head(7), &many);
         parts.remove(0);
-        assert_eq!(images(parts).rows(table, head(7), 3), None);
+        assert_eq!(decoded(parts, table, head(7), 3), None);
         let other = TableRef::InlineDelete { table_id: 1 };
         assert_eq!(
-            images(encode(table, head(7), &many)).rows(other, head(7), 3),
+            decoded(encode(table, head(7), &many), other, head(7), 3),
             None
         );
     }
@@ -376,7 +463,7 @@ mod tests {
         let parts = encode(table, head(3), &Rows::from(Vec::new()));
         assert_eq!(parts.len(), 1);
         assert_eq!(
-            images(parts).rows(table, head(3), 5),
+            decoded(parts, table, head(3), 5),
             Some(Rows::from(Vec::new()))
         );
     }
@@ -403,10 +490,31 @@ mod tests {
     }
 
     #[test]
+    fn a_stamp_names_each_table_and_its_parts_and_an_older_one_reads_as_stale() {
+        let table = TableRef::Fixed(Kind::Snapshot);
+        let tables = vec![(table, Arc::new(Rows::from(rows(100_000))))];
+        let Replacement { puts, .. } = replacement(head(4), &tables, &[]);
+        assert!(puts.len() > 2, "{} parts", puts.len() - 1);
+        let stamp = decode_stamp(&puts[0].1).unwrap().unwrap();
+        assert_eq!(stamp.head, head(4));
+        assert_eq!(
+            stamp.contents,
+            HashMap::from([(table.name(), (puts.len() - 1) as u32)])
+        );
+        // Before the table of contents, a stamp held the head alone.
+        let mut older = frame(IMAGE_TAG);
+        put_cell(&mut older, &Cell::Int(3));
+        put_cell(&mut older, &Cell::Int(4));
+        assert_eq!(decode_stamp(&older).unwrap(), None);
+        assert!(check_part(&stamp_key(), &older).is_ok());
+    }
+
+    #[test]
     fn garbage_is_never_used_and_never_panics() {
         let table = TableRef::Fixed(Kind::Snapshot);
-        let junk = images(vec![(part_key(table, 0), b"MRN\x02\xf2\xff\xff".to_vec())]);
-        assert_eq!(junk.rows(table, head(1), 3), None);
+        let junk = vec![(part_key(table, 0), b"MRN\x02\xf2\xff\xff".to_vec())];
+        assert_eq!(decoded(junk, table, head(1), 3), None);
+        assert!(decode_stamp(b"MRN\x02\xf2\xff").is_err());
         assert!(decode_key(b"\x07garbage").is_err());
     }
 }

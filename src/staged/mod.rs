@@ -860,7 +860,7 @@ async fn image_rows(
             read
         }
     };
-    Ok(images.rows(table, head, width))
+    images.rows(store, &pinned.view, table, head, width).await
 }
 
 /// Kinds whose rows are one per data file and column (or partition key):
