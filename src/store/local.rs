@@ -174,9 +174,12 @@ impl DirectLocal {
         let meta = object_meta(&metadata, location.clone());
         options.check_preconditions(&meta)?;
         let range = match &options.range {
-            Some(r) => r
-                .as_range(meta.size)
-                .map_err(|e| generic(&path, std::io::Error::other(e.to_string())))?,
+            Some(r) => r.as_range(meta.size).map_err(|e| {
+                generic(
+                    &path,
+                    std::io::Error::other(format!("Requested range was invalid: {e}")),
+                )
+            })?,
             None => 0..meta.size,
         };
         let bytes = if options.head {
@@ -488,7 +491,8 @@ mod tests {
             range: Some(GetRange::Bounded(10..20)),
             ..GetOptions::default()
         };
-        assert!(direct.get_opts(&mine, past).await.is_err());
+        let refused = direct.get_opts(&mine, past).await.unwrap_err().to_string();
+        assert!(refused.contains("Requested range was invalid"), "{refused}");
     }
 
     #[tokio::test]
