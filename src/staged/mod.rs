@@ -820,13 +820,17 @@ pub async fn committed_records(
 }
 
 /// The inline tables that exist at `view`, read from their records.
+///
+/// The two scans run together: each waits for SlateDB's block fetches on
+/// the runtime's workers, and a cold attach's first query waits for both.
 async fn committed_inline_tables(store: &Store, view: &ReadView) -> Result<InlineTables> {
+    let (schemas, delete_tables) = futures_util::try_join!(
+        inline::committed_schemas(store, view),
+        inline::committed_delete_tables(store, view)
+    )?;
     Ok(InlineTables {
-        schemas: inline::committed_schemas(store, view)
-            .await?
-            .into_iter()
-            .collect(),
-        delete_tables: inline::committed_delete_tables(store, view).await?,
+        schemas: schemas.into_iter().collect(),
+        delete_tables,
     })
 }
 
