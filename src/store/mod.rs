@@ -39,11 +39,14 @@ const MEMTABLE_FLUSH_COMMITS: u64 = 128;
 const WRITER_BLOCK_SIZE: SstBlockSize = SstBlockSize::Block64Kib;
 
 /// Bulk scans fetch widely: the default (one block, one fetch) turns a cold
-/// scan on S3 into thousands of sequential GETs.
+/// scan on S3 into thousands of sequential GETs. They keep the blocks they
+/// read, as point reads do: a cold attach scans the inline tables and then
+/// reads the image's stamp from the same block.
 fn bulk_scan() -> ScanOptions {
     ScanOptions {
         read_ahead_bytes: 8 << 20,
         max_fetch_tasks: 16,
+        cache_blocks: true,
         ..ScanOptions::default()
     }
 }
