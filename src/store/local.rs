@@ -90,13 +90,13 @@ impl DirectLocal {
     fn list_here(&self, prefix: Option<&Path>) -> object_store::Result<Option<Vec<ObjectMeta>>> {
         let mut folders = vec![self.folder(prefix)?];
         let mut objects = Vec::new();
-        let mut seen = 0;
+        let mut budget = INLINE_LIST_ENTRIES;
         while let Some(folder) = folders.pop() {
-            for (path, metadata) in entries(&folder)? {
-                seen += 1;
-                if seen > INLINE_LIST_ENTRIES {
-                    return Ok(None);
-                }
+            let Some(found) = entries(&folder, budget)? else {
+                return Ok(None);
+            };
+            budget -= found.len();
+            for (path, metadata) in found {
                 if metadata.is_dir() {
                     folders.push(path);
                 } else if let Some(meta) = self.object(&path, &metadata)? {
@@ -111,10 +111,9 @@ impl DirectLocal {
     /// entries to list here.
     fn list_folder_here(&self, prefix: Option<&Path>) -> object_store::Result<Option<ListResult>> {
         let prefix_location = prefix.cloned().unwrap_or_default();
-        let found = entries(&self.folder(prefix)?)?;
-        if found.len() > INLINE_LIST_ENTRIES {
+        let Some(found) = entries(&self.folder(prefix)?, INLINE_LIST_ENTRIES)? else {
             return Ok(None);
-        }
+        };
         let mut common_prefixes = std::collections::BTreeSet::new();
         let mut objects = Vec::new();
         for (path, metadata) in found {
@@ -278,17 +277,23 @@ fn publish(
     }
 }
 
-/// A folder's entries with their metadata, links followed; a folder that
-/// does not exist has none, and an entry removed while it is read is
-/// skipped, as in `LocalFileSystem`.
-fn entries(folder: &std::path::Path) -> object_store::Result<Vec<(PathBuf, Metadata)>> {
+/// A folder's entries with their metadata, links followed, or `None` when
+/// it has more than `most`; a folder that does not exist has none, and an
+/// entry removed while it is read is skipped, as in `LocalFileSystem`.
+fn entries(
+    folder: &std::path::Path,
+    most: usize,
+) -> object_store::Result<Option<Vec<(PathBuf, Metadata)>>> {
     let listing = match std::fs::read_dir(folder) {
         Ok(listing) => listing,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Some(Vec::new())),
         Err(e) => return Err(generic(folder, e)),
     };
     let mut out = Vec::new();
     for entry in listing {
+        if out.len() == most {
+            return Ok(None);
+        }
         let path = entry.map_err(|e| generic(folder, e))?.path();
         match std::fs::metadata(&path) {
             Ok(metadata) => out.push((path, metadata)),
@@ -296,7 +301,7 @@ fn entries(folder: &std::path::Path) -> object_store::Result<Vec<(PathBuf, Metad
             Err(e) => return Err(generic(&path, e)),
         }
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 fn generic(path: &std::path::Path, source: std::io::Error) -> object_store::Error {
@@ -581,6 +586,27 @@ mod tests {
             assert_eq!(mine.common_prefixes, theirs.common_prefixes, "{prefix:?}");
             assert_eq!(sorted(mine.objects), sorted(theirs.objects), "{prefix:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_listing_too_long_to_make_here_is_local_file_system_s() {
+        let (dir, direct, fs) = both();
+        let wal = dir.path().join("wal");
+        std::fs::create_dir_all(&wal).unwrap();
+        for n in 0..=INLINE_LIST_ENTRIES {
+            std::fs::write(wal.join(format!("{n:020}.sst")), "").unwrap();
+        }
+        let prefix = Path::from("wal");
+        let mine: Vec<ObjectMeta> = direct
+            .list(Some(&prefix))
+            .map(|m| m.unwrap())
+            .collect()
+            .await;
+        let theirs: Vec<ObjectMeta> = fs.list(Some(&prefix)).map(|m| m.unwrap()).collect().await;
+        assert_eq!(mine.len(), INLINE_LIST_ENTRIES + 1);
+        assert_eq!(mine.len(), theirs.len());
+        let listing = direct.list_with_delimiter(Some(&prefix)).await.unwrap();
+        assert_eq!(listing.objects.len(), INLINE_LIST_ENTRIES + 1);
     }
 
     #[tokio::test]
