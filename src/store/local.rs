@@ -30,7 +30,6 @@ use object_store::{
     Attributes, CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload,
     ObjectMeta, ObjectStore, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
-use std::fmt;
 use std::fs::{File, Metadata, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::ops::Range;
@@ -348,17 +347,7 @@ fn e_tag(metadata: &Metadata) -> String {
     format!("\"{inode:x}-{mtime:x}-{size:x}\"")
 }
 
-impl fmt::Debug for DirectLocal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DirectLocal({})", self.fs)
-    }
-}
-
-impl fmt::Display for DirectLocal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.fs, f)
-    }
-}
+wrapping_store_text!(DirectLocal, fs);
 
 #[async_trait]
 impl ObjectStore for DirectLocal {

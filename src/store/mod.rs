@@ -3,6 +3,25 @@
 //! This layer knows bytes, keys and framed values. It knows nothing of
 //! DuckLake: the catalog above it decides which kinds live where.
 
+/// `Debug` and `Display` for an object store that wraps another: its name
+/// around the wrapped store, and the wrapped store's own text, which
+/// `object_store` and SlateDB put in their error messages.
+macro_rules! wrapping_store_text {
+    ($wrapper:ident, $inner:ident) => {
+        impl std::fmt::Debug for $wrapper {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}({})", stringify!($wrapper), self.$inner)
+            }
+        }
+
+        impl std::fmt::Display for $wrapper {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::Display::fmt(&self.$inner, f)
+            }
+        }
+    };
+}
+
 pub mod counted;
 pub mod keys;
 pub mod lease;

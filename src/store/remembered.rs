@@ -25,7 +25,6 @@ use object_store::{
     ObjectMeta, ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::fmt;
 use std::sync::{Arc, Mutex};
 
 /// The folders under a store's root whose objects SlateDB writes once.
@@ -208,17 +207,7 @@ fn answer(object: &Object, options: &GetOptions) -> Option<GetResult> {
     })
 }
 
-impl fmt::Debug for Remembered {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Remembered({:?})", self.inner)
-    }
-}
-
-impl fmt::Display for Remembered {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.inner, f)
-    }
-}
+wrapping_store_text!(Remembered, inner);
 
 #[async_trait]
 impl ObjectStore for Remembered {
