@@ -78,10 +78,17 @@ struct Stamp {
     contents: HashMap<String, u32>,
 }
 
-fn encode_stamp(stamp: &Stamp) -> Vec<u8> {
+/// An image value's frame and the head it was taken at: how the stamp and
+/// every part begin ([`read_head_cells`] reads it back).
+fn framed_with_head(head: Head) -> Vec<u8> {
     let mut value = frame(IMAGE_TAG);
-    put_cell(&mut value, &super::Cell::Int(stamp.head.snapshot_id));
-    put_cell(&mut value, &super::Cell::Int(stamp.head.batch_count));
+    put_cell(&mut value, &super::Cell::Int(head.snapshot_id));
+    put_cell(&mut value, &super::Cell::Int(head.batch_count));
+    value
+}
+
+fn encode_stamp(stamp: &Stamp) -> Vec<u8> {
+    let mut value = framed_with_head(stamp.head);
     let mut names: Vec<(&String, &u32)> = stamp.contents.iter().collect();
     names.sort();
     put_varint(&mut value, names.len() as u64);
@@ -214,9 +221,7 @@ pub fn encode(table: TableRef, head: Head, rows: &Rows) -> Vec<Entry> {
         .zip(counts)
         .enumerate()
         .map(|(i, (body, count))| {
-            let mut value = frame(IMAGE_TAG);
-            put_cell(&mut value, &super::Cell::Int(head.snapshot_id));
-            put_cell(&mut value, &super::Cell::Int(head.batch_count));
+            let mut value = framed_with_head(head);
             put_varint(&mut value, parts);
             put_varint(&mut value, count as u64);
             value.extend_from_slice(&body);
@@ -502,9 +507,7 @@ mod tests {
             HashMap::from([(table.name(), (puts.len() - 1) as u32)])
         );
         // Before the table of contents, a stamp held the head alone.
-        let mut older = frame(IMAGE_TAG);
-        put_cell(&mut older, &Cell::Int(3));
-        put_cell(&mut older, &Cell::Int(4));
+        let older = framed_with_head(head(4));
         assert_eq!(decode_stamp(&older).unwrap(), None);
         assert!(check_part(&stamp_key(), &older).is_ok());
     }
