@@ -21,6 +21,14 @@ struct Attach {
 }
 
 impl Attach {
+    /// A new attach of `store`, keeping nothing yet.
+    fn of(store: &Arc<Store>) -> Attach {
+        Attach {
+            store: store.clone(),
+            shared: Arc::default(),
+        }
+    }
+
     fn tx(&self) -> StagedTransaction {
         StagedTransaction::sharing(self.store.clone(), self.shared.clone())
     }
@@ -121,10 +129,7 @@ fn partition_value(file: i64, table: i64, value: &str) -> Row {
 
 #[tokio::test]
 async fn shared_rows_match_the_store_after_every_kind_of_commit() {
-    let lake = Attach {
-        store: memory_store("shared").await,
-        shared: Arc::default(),
-    };
+    let lake = Attach::of(&memory_store("shared").await);
     bootstrap(&lake.store).await;
     lake.check("bootstrap").await;
 
@@ -324,6 +329,14 @@ async fn shared_rows_match_the_store_after_every_kind_of_commit() {
     lake.check("expiry through the shared rows").await;
 }
 
+/// A bootstrapped in-memory lake named `name` with one table, `t`.
+async fn lake_with_table(name: &str) -> Arc<Store> {
+    let store = memory_store(name).await;
+    bootstrap(&store).await;
+    create_table(&store, 1, 1, "t").await;
+    store
+}
+
 /// Reads `kinds` in a transaction of `attach`.
 async fn read_in(attach: &Attach, kinds: &[Kind]) {
     let mut tx = attach.tx();
@@ -334,13 +347,8 @@ async fn read_in(attach: &Attach, kinds: &[Kind]) {
 
 #[tokio::test]
 async fn an_image_is_retaken_at_its_head_only_when_a_session_read_a_table_it_lacks() {
-    let store = memory_store("retake").await;
-    bootstrap(&store).await;
-    create_table(&store, 1, 1, "t").await;
-    let session = || Attach {
-        store: store.clone(),
-        shared: Arc::default(),
-    };
+    let store = lake_with_table("retake").await;
+    let session = || Attach::of(&store);
 
     let tiny = session();
     read_in(&tiny, &[Kind::Snapshot]).await;
@@ -396,13 +404,8 @@ async fn an_image_is_retaken_at_its_head_only_when_a_session_read_a_table_it_lac
 /// written from rows still packed, reads back as the records.
 #[tokio::test]
 async fn a_cold_session_scans_packed_rows_and_writes_through_them() {
-    let store = memory_store("packed").await;
-    bootstrap(&store).await;
-    create_table(&store, 1, 1, "t").await;
-    let writer = Attach {
-        store: store.clone(),
-        shared: Arc::default(),
-    };
+    let store = lake_with_table("packed").await;
+    let writer = Attach::of(&store);
     for snapshot in 2..42 {
         let mut tx = writer.tx();
         stage(
@@ -423,10 +426,7 @@ async fn a_cold_session_scans_packed_rows_and_writes_through_them() {
     assert!(take_image(&store, &writer.shared, 0).await.unwrap());
     let files = records_of(&store, fixed(Kind::DataFile)).await;
 
-    let cold = Attach {
-        store: store.clone(),
-        shared: Arc::default(),
-    };
+    let cold = Attach::of(&store);
     let mut tx = cold.tx();
     let within = IntBound {
         column: 0,
@@ -471,20 +471,12 @@ async fn a_cold_session_scans_packed_rows_and_writes_through_them() {
 /// before it; a table it changed comes from its records.
 #[tokio::test]
 async fn the_image_is_carried_across_a_commit_for_the_tables_it_did_not_change() {
-    let store = memory_store("carried").await;
-    bootstrap(&store).await;
-    create_table(&store, 1, 1, "t").await;
-    let first = Attach {
-        store: store.clone(),
-        shared: Arc::default(),
-    };
+    let store = lake_with_table("carried").await;
+    let first = Attach::of(&store);
     read_in(&first, &[Kind::Snapshot]).await;
     assert!(take_image(&store, &first.shared, 0).await.unwrap());
 
-    let cold = Attach {
-        store: store.clone(),
-        shared: Arc::default(),
-    };
+    let cold = Attach::of(&store);
     read_in(&cold, &[Kind::Snapshot, Kind::DataFile]).await;
     let mut tx = cold.tx();
     stage_snapshot(&mut tx, snapshot_row(2, 1, 3, 11), "inserted_into_table:1").await;
