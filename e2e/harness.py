@@ -46,10 +46,12 @@ def require_extension(name):
 
 
 def newest_object(lake, folder):
-    """The newest object in a folder of a local lake's catalog (manifest, compacted, wal)."""
+    """The newest object in a folder of a local lake's catalog (manifest, compacted, wal). Names with `#<n>`
+    are staged writes and spares, which are no objects."""
     import glob
 
-    return sorted(glob.glob(os.path.join(lake, "catalog", folder, "*")))[-1]
+    objects = [p for p in glob.glob(os.path.join(lake, "catalog", folder, "*")) if "#" not in os.path.basename(p)]
+    return sorted(objects)[-1]
 
 
 def truncate_half(path):

@@ -179,6 +179,7 @@ async fn a_truncated_sst_is_named() {
     let sst = std::fs::read_dir(&compacted)
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sst"))
         .max()
         .unwrap();
     let bytes = std::fs::read(&sst).unwrap();

@@ -8,9 +8,10 @@
 //! attach makes about thirty such reads one after another, and waited two
 //! milliseconds for threads to wake. Reads up to [`INLINE_READ_BYTES`] and
 //! writes up to [`INLINE_WRITE_BYTES`] run here, on the caller's thread;
-//! larger ones (a compaction's input and output) and deletes go to
-//! `LocalFileSystem` as before. Listings of up to [`INLINE_LIST_ENTRIES`]
-//! entries run here too: an open lists the store's root and its manifests.
+//! larger ones (a compaction's input and output) go to `LocalFileSystem` as
+//! before, and so do deletes outside the folders that keep spares. Listings
+//! of up to [`INLINE_LIST_ENTRIES`] entries run here too: an open lists the
+//! store's root and its manifests.
 //!
 //! Both paths do the same thing on disk, so that either may meet the other's
 //! objects: a write goes to a staged file beside its destination (`<name>#<n>`,
@@ -18,7 +19,9 @@
 //! when it must not replace an object (create-if-absent, on which SlateDB's
 //! fencing rests). An object's metadata is the one `LocalFileSystem`
 //! reports, e-tag included, so that a precondition taken from one holds
-//! against the other.
+//! against the other. A write here stages into a spare, a file deleted
+//! earlier from its folder and emptied, when there is one
+//! ([`super::spares`]).
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -35,7 +38,10 @@ use std::io::{ErrorKind, Write};
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::SystemTime;
+
+use super::spares::{Deleted, Spares};
 
 /// Reads up to this many bytes run on the caller's thread: a block, an
 /// index, a manifest or a WAL object of a catalog. A larger read would hold
@@ -55,6 +61,13 @@ pub struct DirectLocal {
     root: PathBuf,
     /// `root` as an object path, to turn file names back into locations.
     root_location: Path,
+    spares: Arc<Spares>,
+}
+
+impl Drop for DirectLocal {
+    fn drop(&mut self) {
+        self.spares.close();
+    }
 }
 
 impl DirectLocal {
@@ -66,6 +79,7 @@ impl DirectLocal {
             fs,
             root,
             root_location,
+            spares: Arc::new(Spares::new()),
         })
     }
 
@@ -204,8 +218,13 @@ fn write_here(
     path: &std::path::Path,
     payload: &PutPayload,
     create: bool,
+    spares: &Arc<Spares>,
 ) -> object_store::Result<PutResult> {
-    let (mut file, staged) = staged_file(path)?;
+    let spare = path.parent().and_then(|folder| spares.take(folder));
+    let (mut file, staged) = match spare {
+        Some(spare) => spare,
+        None => staged_file(path)?,
+    };
     let written = payload
         .iter()
         .try_for_each(|chunk| file.write_all(chunk))
@@ -365,7 +384,8 @@ impl ObjectStore for DirectLocal {
         if payload.content_length() > INLINE_WRITE_BYTES || !opts.attributes.is_empty() {
             return self.fs.put_opts(location, payload, opts).await;
         }
-        write_here(&self.fs.path_to_filesystem(location)?, &payload, create)
+        let path = self.fs.path_to_filesystem(location)?;
+        write_here(&path, &payload, create, &self.spares)
     }
 
     async fn put_multipart_opts(
@@ -391,7 +411,36 @@ impl ObjectStore for DirectLocal {
         &self,
         locations: BoxStream<'static, object_store::Result<Path>>,
     ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.fs.delete_stream(locations)
+        let (spares, fs) = (self.spares.clone(), self.fs.clone());
+        // A rename and a truncate here, or `LocalFileSystem`'s removal.
+        locations
+            .then(move |location| {
+                let (spares, fs) = (spares.clone(), fs.clone());
+                async move {
+                    let location = location?;
+                    let path = fs.path_to_filesystem(&location)?;
+                    match spares.delete(&path) {
+                        Ok(Deleted::Recycled) => Ok(location),
+                        Ok(Deleted::NotKept) => {
+                            let once = futures_util::stream::once(async { Ok(location) });
+                            fs.delete_stream(once.boxed())
+                                .next()
+                                .await
+                                .unwrap_or_else(|| {
+                                    Err(generic(&path, std::io::Error::other("no deletion result")))
+                                })
+                        }
+                        Err(e) if e.kind() == ErrorKind::NotFound => {
+                            Err(object_store::Error::NotFound {
+                                path: path.display().to_string(),
+                                source: Box::new(e),
+                            })
+                        }
+                        Err(e) => Err(generic(&path, e)),
+                    }
+                }
+            })
+            .boxed()
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
@@ -638,5 +687,127 @@ mod tests {
             read(&direct, &location, tail).await,
             Bytes::from(body[INLINE_READ_BYTES as usize..].to_vec())
         );
+    }
+
+    /// Files in `folder`, staged, spare and published alike.
+    fn files_in(folder: &std::path::Path) -> Vec<String> {
+        let mut names: Vec<_> = std::fs::read_dir(folder)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn deleted_files_become_empty_spares_that_later_writes_take() {
+        let (dir, direct, fs) = both();
+        let folder = dir.path().join("wal");
+        let wal = |i: u32| Path::from(format!("wal/{i:020}.sst"));
+        let body = |i: u32| format!("commit {i} ").repeat(100);
+        let put = |i: u32| {
+            let mode = if i.is_multiple_of(2) {
+                PutMode::Create
+            } else {
+                PutMode::Overwrite
+            };
+            let (direct, location) = (&direct, wal(i));
+            async move {
+                let options = PutOptions::from(mode);
+                direct
+                    .put_opts(&location, PutPayload::from(body(i)), options)
+                    .await
+            }
+        };
+        for i in 0..6 {
+            put(i).await.unwrap();
+        }
+        let gone: Vec<_> = direct
+            .delete_stream(futures_util::stream::iter((0..4).map(wal).map(Ok)).boxed())
+            .collect()
+            .await;
+        assert!(gone.iter().all(|r| r.is_ok()), "{gone:?}");
+        assert_eq!(direct.spares.ready(&folder), 4);
+        // The spares hold no bytes, and neither listing shows them.
+        let names = files_in(&folder);
+        let spares: Vec<_> = names.iter().filter(|n| n.starts_with("spare#")).collect();
+        assert_eq!(spares.len(), 4, "{names:?}");
+        for spare in &spares {
+            assert_eq!(std::fs::metadata(folder.join(spare)).unwrap().len(), 0);
+        }
+        for store in [&direct as &dyn ObjectStore, &fs] {
+            let mut listed: Vec<_> = store
+                .list(Some(&Path::from("wal")))
+                .map(|m| m.unwrap().location)
+                .collect()
+                .await;
+            listed.sort();
+            assert_eq!(listed, vec![wal(4), wal(5)]);
+            assert!(matches!(
+                store.head(&wal(0)).await,
+                Err(object_store::Error::NotFound { .. })
+            ));
+        }
+        // Writes take the spares, and the folder's inodes are reused.
+        let inodes = |names: &[String]| -> std::collections::BTreeSet<u64> {
+            names
+                .iter()
+                .map(|n| std::fs::metadata(folder.join(n)).unwrap().ino())
+                .collect()
+        };
+        let before = inodes(&names);
+        for i in 6..9 {
+            put(i).await.unwrap();
+        }
+        assert_eq!(direct.spares.ready(&folder), 1);
+        assert_eq!(inodes(&files_in(&folder)), before);
+        for i in 4..9 {
+            assert_eq!(read(&fs, &wal(i), None).await, Bytes::from(body(i)));
+            assert_eq!(
+                direct.head(&wal(i)).await.unwrap(),
+                fs.head(&wal(i)).await.unwrap()
+            );
+        }
+        // A create still refuses an object that exists.
+        let again = direct
+            .put_opts(
+                &wal(6),
+                PutPayload::from("late"),
+                PutOptions::from(PutMode::Create),
+            )
+            .await;
+        assert!(
+            matches!(again, Err(object_store::Error::AlreadyExists { .. })),
+            "{again:?}"
+        );
+        assert_eq!(read(&fs, &wal(6), None).await, Bytes::from(body(6)));
+        // Deleting what is not there says so, whichever path deletes.
+        for location in [wal(0), Path::from("elsewhere/missing")] {
+            let missing = direct
+                .delete_stream(futures_util::stream::once(async move { Ok(location) }).boxed())
+                .next()
+                .await
+                .unwrap();
+            assert!(
+                matches!(missing, Err(object_store::Error::NotFound { .. })),
+                "{missing:?}"
+            );
+        }
+        drop(direct);
+        let expected: Vec<_> = (4..9).map(|i| format!("{i:020}.sst")).collect();
+        assert_eq!(files_in(&folder), expected);
+    }
+
+    #[tokio::test]
+    async fn a_folder_written_once_deletes_as_local_file_system_does() {
+        let (dir, direct, _fs) = both();
+        let lease = Path::from("lease/holder");
+        direct.put(&lease, PutPayload::from("me")).await.unwrap();
+        let gone: Vec<_> = direct
+            .delete_stream(futures_util::stream::once(async move { Ok(lease) }).boxed())
+            .collect()
+            .await;
+        assert!(gone.iter().all(|r| r.is_ok()), "{gone:?}");
+        assert!(files_in(&dir.path().join("lease")).is_empty());
     }
 }

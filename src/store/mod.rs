@@ -29,6 +29,7 @@ mod local;
 pub mod objects;
 mod remembered;
 pub mod settings;
+mod spares;
 pub mod turn;
 pub mod upkeep;
 pub mod uri;
