@@ -9,28 +9,36 @@
 //! once a few thousand deletions have piled up in a block group, by the
 //! collector or by any other program there, creating a file costs 0.3 to
 //! 1.5 ms instead of 15 µs (profiled: `recently_deleted` under
-//! `ext4_create`). Making the files ahead on another thread only moves
-//! that cost onto whatever else runs then.
+//! `ext4_create`).
 //!
 //! So a delete in a folder that is written to again and again renames the
 //! file into the folder's pool as `spare#<n>`, which listings skip as they
 //! skip a staged write, and truncates it: the bytes go back to the file
 //! system at once and only the inode is kept. A write there takes a spare
-//! instead of creating a file, as databases recycle their log segments. A
-//! pool holds at most [`MOST_SPARES_PER_FOLDER`]; the store removes its
-//! spares when it is dropped, and a process that dies leaves them behind,
-//! empty, under names nothing lists.
+//! instead of creating a file, as databases recycle their log segments.
+//! Until the collector has deleted something (five minutes at the default
+//! minimum age), and whenever the pool runs low, a write tops its folder up
+//! to [`SPARES_AHEAD`] new files on tokio's blocking pool once it has
+//! published, so the create runs between commits instead of inside one, as
+//! databases make their next log file ahead. A pool holds at most
+//! [`MOST_SPARES_PER_FOLDER`]; the store removes its spares when it is
+//! dropped, and a process that dies leaves them behind, empty, under names
+//! nothing lists.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Enough for the WAL objects of one collector pass at a few hundred
 /// commits a second; each costs an inode and no data.
 pub const MOST_SPARES_PER_FOLDER: usize = 16_384;
+
+/// New files a write keeps ready in its folder: one commit's worth, with
+/// room for a flush's manifest and SST writes that come in a burst.
+pub const SPARES_AHEAD: usize = 4;
 
 /// A folder keeps what is deleted from it once it has been written to this
 /// often: the store's root and the lease folder are written to once or
@@ -41,6 +49,13 @@ const WRITES_BEFORE_RECYCLING: u32 = 2;
 struct Folder {
     writes: u32,
     ready: Vec<PathBuf>,
+    topping_up: bool,
+}
+
+impl Folder {
+    fn hot(&self) -> bool {
+        self.writes >= WRITES_BEFORE_RECYCLING
+    }
 }
 
 pub struct Spares {
@@ -48,6 +63,7 @@ pub struct Spares {
     /// The numbers in spare names: distinct in this process, and started from
     /// the process id so two processes rarely try the same name.
     next: AtomicU64,
+    closed: AtomicBool,
 }
 
 /// What a delete did with its file.
@@ -62,6 +78,7 @@ impl Spares {
         Spares {
             folders: Mutex::default(),
             next: AtomicU64::new(u64::from(std::process::id()) << 32),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -83,6 +100,65 @@ impl Spares {
         Some((file, spare))
     }
 
+    /// Tops `folder`'s pool up to [`SPARES_AHEAD`] in the background. Called
+    /// once a write there has published: a create holds the folder's lock,
+    /// which the write's rename or link would wait for.
+    pub fn top_up(self: &Arc<Self>, folder: &Path) {
+        let start = self.with_folder(folder, |f| {
+            let start = f.hot() && !f.topping_up && f.ready.len() < SPARES_AHEAD;
+            f.topping_up |= start;
+            start
+        });
+        if start != Some(true) {
+            return;
+        }
+        let (spares, folder) = (self.clone(), folder.to_path_buf());
+        let work = move || spares.make_ahead(&folder);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(work)),
+            Err(_) => work(),
+        }
+    }
+
+    fn make_ahead(&self, folder: &Path) {
+        while self.with_folder(folder, |f| f.ready.len() < SPARES_AHEAD) == Some(true) {
+            let Some(spare) = self.fresh_name(folder) else {
+                break;
+            };
+            let made = OpenOptions::new().write(true).create_new(true).open(&spare);
+            if made.is_err() {
+                break;
+            }
+            if self.closed.load(Ordering::SeqCst)
+                || self
+                    .with_folder(folder, |f| f.ready.push(spare.clone()))
+                    .is_none()
+            {
+                let _ = std::fs::remove_file(&spare);
+                break;
+            }
+        }
+        self.with_folder(folder, |f| f.topping_up = false);
+    }
+
+    /// A spare name in `folder` that nothing holds now.
+    fn fresh_name(&self, folder: &Path) -> Option<PathBuf> {
+        for _ in 0..64 {
+            let n = self.next.fetch_add(1, Ordering::Relaxed);
+            let spare = folder.join(format!("spare#{n}"));
+            match std::fs::symlink_metadata(&spare) {
+                Err(e) if e.kind() == ErrorKind::NotFound => return Some(spare),
+                _ => continue,
+            }
+        }
+        None
+    }
+
+    fn with_folder<T>(&self, folder: &Path, f: impl FnOnce(&mut Folder) -> T) -> Option<T> {
+        let mut folders = self.folders.lock().ok()?;
+        folders.get_mut(folder).map(f)
+    }
+
     /// Deletes the file at `path` into its folder's pool, if the folder
     /// keeps spares and has room. The object is gone once this returns
     /// `Recycled`; a missing file is `NotFound`, as a removal says.
@@ -93,14 +169,9 @@ impl Spares {
         if !self.keeps(folder) || !std::fs::symlink_metadata(path)?.is_file() {
             return Ok(Deleted::NotKept);
         }
-        let spare = loop {
-            let n = self.next.fetch_add(1, Ordering::Relaxed);
-            let spare = folder.join(format!("spare#{n}"));
-            // A name another process holds is skipped: rename would replace it.
-            match std::fs::symlink_metadata(&spare) {
-                Err(e) if e.kind() == ErrorKind::NotFound => break spare,
-                _ => continue,
-            }
+        // A name another process holds is skipped: rename would replace it.
+        let Some(spare) = self.fresh_name(folder) else {
+            return Ok(Deleted::NotKept);
         };
         std::fs::rename(path, &spare)?;
         // Emptied, so its bytes go back now; it cannot be the object any more.
@@ -127,13 +198,15 @@ impl Spares {
         let Ok(folders) = self.folders.lock() else {
             return false;
         };
-        folders.get(folder).is_some_and(|f| {
-            f.writes >= WRITES_BEFORE_RECYCLING && f.ready.len() < MOST_SPARES_PER_FOLDER
-        })
+        folders
+            .get(folder)
+            .is_some_and(|f| f.hot() && f.ready.len() < MOST_SPARES_PER_FOLDER)
     }
 
-    /// Removes every spare.
+    /// Removes every spare; one made in the background after this removes
+    /// itself.
     pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
         let ready: Vec<PathBuf> = match self.folders.lock() {
             Ok(mut folders) => folders
                 .values_mut()
@@ -148,10 +221,6 @@ impl Spares {
 
     #[cfg(test)]
     pub fn ready(&self, folder: &Path) -> usize {
-        self.folders
-            .lock()
-            .ok()
-            .and_then(|folders| folders.get(folder).map(|f| f.ready.len()))
-            .unwrap_or(0)
+        self.with_folder(folder, |f| f.ready.len()).unwrap_or(0)
     }
 }
