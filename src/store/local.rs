@@ -236,15 +236,17 @@ fn write_here(
             publish(&staged, path, create)?;
             Ok(metadata)
         });
-    if let Some(folder) = path.parent() {
-        spares.top_up(folder);
-    }
     match published {
-        Ok(metadata) => Ok(PutResult {
-            e_tag: Some(e_tag(&metadata)),
-            version: None,
-            extensions: Default::default(),
-        }),
+        Ok(metadata) => {
+            if let Some(folder) = path.parent() {
+                spares.published(folder);
+            }
+            Ok(PutResult {
+                e_tag: Some(e_tag(&metadata)),
+                version: None,
+                extensions: Default::default(),
+            })
+        }
         Err(e) => {
             let _ = std::fs::remove_file(&staged);
             Err(e)

@@ -83,14 +83,9 @@ impl Spares {
     }
 
     /// A spare of `folder`, empty and open for writing, or `None` when it
-    /// has none. Counts the write either way.
+    /// has none.
     pub fn take(&self, folder: &Path) -> Option<(File, PathBuf)> {
-        let spare = {
-            let mut folders = self.folders.lock().ok()?;
-            let entry = folders.entry(folder.to_path_buf()).or_default();
-            entry.writes = entry.writes.saturating_add(1);
-            entry.ready.pop()?
-        };
+        let spare = self.with_folder(folder, |f| f.ready.pop())??;
         // Someone may have removed it; the write then stages a file of its own.
         let file = OpenOptions::new()
             .read(true)
@@ -100,16 +95,22 @@ impl Spares {
         Some((file, spare))
     }
 
-    /// Tops `folder`'s pool up to [`SPARES_AHEAD`] in the background. Called
-    /// once a write there has published: a create holds the folder's lock,
-    /// which the write's rename or link would wait for.
-    pub fn top_up(self: &Arc<Self>, folder: &Path) {
-        let start = self.with_folder(folder, |f| {
+    /// Counts a write that published in `folder`, and tops the folder's
+    /// pool up to [`SPARES_AHEAD`] in the background. Called after the
+    /// publish: a create holds the folder's lock, which the write's rename or
+    /// link would wait for.
+    pub fn published(self: &Arc<Self>, folder: &Path) {
+        let start = {
+            let Ok(mut folders) = self.folders.lock() else {
+                return;
+            };
+            let f = folders.entry(folder.to_path_buf()).or_default();
+            f.writes = f.writes.saturating_add(1);
             let start = f.hot() && !f.topping_up && f.ready.len() < SPARES_AHEAD;
             f.topping_up |= start;
             start
-        });
-        if start != Some(true) {
+        };
+        if !start {
             return;
         }
         let (spares, folder) = (self.clone(), folder.to_path_buf());
