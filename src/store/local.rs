@@ -31,7 +31,8 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{
     Attributes, CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload,
-    ObjectMeta, ObjectStore, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult,
+    ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions, PutPayload,
+    PutResult,
 };
 use std::fs::{File, Metadata, OpenOptions};
 use std::io::{ErrorKind, Write};
@@ -426,15 +427,7 @@ impl ObjectStore for DirectLocal {
                     let path = fs.path_to_filesystem(&location)?;
                     match spares.delete(&path) {
                         Ok(Deleted::Recycled) => Ok(location),
-                        Ok(Deleted::NotKept) => {
-                            let once = futures_util::stream::once(async { Ok(location) });
-                            fs.delete_stream(once.boxed())
-                                .next()
-                                .await
-                                .unwrap_or_else(|| {
-                                    Err(generic(&path, std::io::Error::other("no deletion result")))
-                                })
-                        }
+                        Ok(Deleted::NotKept) => fs.delete(&location).await.map(|()| location),
                         Err(e) if e.kind() == ErrorKind::NotFound => {
                             Err(object_store::Error::NotFound {
                                 path: path.display().to_string(),
@@ -484,7 +477,7 @@ impl ObjectStore for DirectLocal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use object_store::{GetRange, ObjectStoreExt};
+    use object_store::GetRange;
     use std::sync::Arc;
 
     /// The same folder, through moraine's store and through `LocalFileSystem`.

@@ -40,9 +40,9 @@ pub const MOST_SPARES_PER_FOLDER: usize = 16_384;
 /// room for a flush's manifest and SST writes that come in a burst.
 pub const SPARES_AHEAD: usize = 4;
 
-/// A folder keeps what is deleted from it once it has been written to this
-/// often: the store's root and the lease folder are written to once or
-/// twice, the WAL at every commit.
+/// A folder keeps spares, recycled or made ahead, once this many writes
+/// have published in it: the store's root and the lease folder are written
+/// to once, the WAL at every commit.
 const WRITES_BEFORE_RECYCLING: u32 = 2;
 
 #[derive(Default)]
@@ -181,13 +181,9 @@ impl Spares {
             .open(&spare)
             .and_then(|file| file.set_len(0));
         let kept = emptied.is_ok()
+            && !self.closed.load(Ordering::SeqCst)
             && self
-                .folders
-                .lock()
-                .ok()
-                .and_then(|mut folders| {
-                    folders.get_mut(folder).map(|f| f.ready.push(spare.clone()))
-                })
+                .with_folder(folder, |f| f.ready.push(spare.clone()))
                 .is_some();
         if !kept {
             let _ = std::fs::remove_file(&spare);
@@ -223,5 +219,26 @@ impl Spares {
     #[cfg(test)]
     pub fn ready(&self, folder: &Path) -> usize {
         self.with_folder(folder, |f| f.ready.len()).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_delete_after_close_keeps_no_spare() {
+        let dir = tempfile::tempdir().unwrap();
+        let spares = Arc::new(Spares::new());
+        let object = dir.path().join("00000000000000000001.sst");
+        std::fs::write(&object, "commit").unwrap();
+        // Outside a runtime the files made ahead are made on this thread.
+        spares.published(dir.path());
+        spares.published(dir.path());
+        assert_eq!(spares.ready(dir.path()), SPARES_AHEAD);
+        spares.close();
+        assert!(matches!(spares.delete(&object), Ok(Deleted::Recycled)));
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 }
