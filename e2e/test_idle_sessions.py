@@ -60,3 +60,27 @@ def test_every_detach_of_writing_sessions_finishes_its_final_merge(tmp):
           % (stats["close_merges"], stats["close_merges_unfinished"]))
     assert int(stats["close_merges_unfinished"]) == 0, stats
     assert int(stats["close_merges"]) >= 2, stats
+
+
+def test_commits_drive_the_writer_themselves_and_idle_writes_still_finish(tmp):
+    """A commit runs SlateDB's batch writer and WAL writer on its own thread (src/store/writes.rs): two writes it
+    drives per commit. The writes no commit drives (the memtable flush every 128 commits, the detach's flush, merge and
+    close) run on the driver thread once the session is idle, so a detach after a burst of commits finishes, and a new
+    session finds every row."""
+    harness.require_extension("moraine")
+    con = harness.connect()
+    con.execute(attach_sql(tmp))
+    con.execute("CREATE TABLE lake.t (x INTEGER)")
+    stats = lambda: {k: int(v) for k, v in con.execute("SELECT name, value FROM moraine_stats('lake')").fetchall()}
+    before = stats()
+    for i in range(300):
+        con.execute("INSERT INTO lake.t VALUES (%d)" % i)
+    after = stats()
+    driven = after["writes_on_caller"] - before["writes_on_caller"]
+    assert driven >= 2 * 300, (before, after)
+    con.execute("DETACH lake")
+    con.execute(attach_sql(tmp))
+    assert con.execute("SELECT count(*), sum(x) FROM lake.t").fetchall() == [(300, 299 * 300 // 2)]
+    print("writes driven by 300 commits: %d on the committing thread; driver took the runtime %d times"
+          % (driven, after["writes_by_driver"] - before["writes_by_driver"]))
+    con.close()

@@ -372,10 +372,22 @@ async fn attempt(path: &CommitPath, backend: Backend, budget: Option<u64>) -> At
 }
 
 /// Sweeps every cut point of `path` on each back-end.
-async fn sweep(path: CommitPath) {
-    for backend in path.backends {
-        sweep_on(&path, *backend).await;
-    }
+/// Sweeps `path` on every back-end it names, on a runtime of its own. A
+/// frozen commit stays parked on its write for good, as a crashed process's
+/// would: with the writer's tasks on the committing thread (`store::writes`)
+/// that parks a thread, so the runtime is let go without waiting for it.
+fn sweep_on_a_runtime(path: CommitPath) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        for backend in path.backends {
+            sweep_on(&path, *backend).await;
+        }
+    });
+    runtime.shutdown_background();
 }
 
 /// Sweeps every cut point of `path` and reports how many it tried.
@@ -446,15 +458,14 @@ fn boxed<'a>(
     Box::pin(f)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn genesis() {
-    sweep(CommitPath {
+#[test]
+fn genesis() {
+    sweep_on_a_runtime(CommitPath {
         name: "genesis",
         setup: None,
         commit: |store| boxed(bootstrap(store)),
         ..CommitPath::ONE_COMMIT
-    })
-    .await;
+    });
 }
 
 /// An initialised catalog with table 1, `t`, at snapshot 1.
@@ -477,24 +488,23 @@ async fn insert_a_data_file(store: &Arc<Store>) {
     tx.commit().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ordinary_commit() {
-    sweep(CommitPath {
+#[test]
+fn ordinary_commit() {
+    sweep_on_a_runtime(CommitPath {
         name: "ordinary commit",
         setup: Some(|store| boxed(table_t(store))),
         commit: |store| boxed(insert_a_data_file(store)),
         ..CommitPath::ONE_COMMIT
-    })
-    .await;
+    });
 }
 
 /// A second writer of the same store asks for the writer turn and commits:
 /// the cut falls anywhere in the holder's hand-over (its close and lease
 /// release), the asker's ask, lease and SlateDB open (which fences the
 /// holder), or the asker's commit.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn commit_after_a_turn_handover() {
-    sweep(CommitPath {
+#[test]
+fn commit_after_a_turn_handover() {
+    sweep_on_a_runtime(CommitPath {
         name: "commit after a turn handover",
         setup: Some(|store| boxed(table_t(store))),
         commit: |holder| {
@@ -512,8 +522,7 @@ async fn commit_after_a_turn_handover() {
             })
         },
         ..CommitPath::ONE_COMMIT
-    })
-    .await;
+    });
 }
 
 /// A table with 20 columns and 20 data files.
@@ -559,22 +568,21 @@ async fn drop_wide_table(store: &Arc<Store>) {
     tx.commit().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn drop_ending_many_records() {
-    sweep(CommitPath {
+#[test]
+fn drop_ending_many_records() {
+    sweep_on_a_runtime(CommitPath {
         name: "drop",
         setup: Some(|store| boxed(wide_table(store))),
         commit: |store| boxed(drop_wide_table(store)),
         ..CommitPath::ONE_COMMIT
-    })
-    .await;
+    });
 }
 
 /// `moraine_reclaim` after that DROP: compaction and garbage collection
 /// rewrite and delete objects but never change what the store holds.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reclaim_after_drop() {
-    sweep(CommitPath {
+#[test]
+fn reclaim_after_drop() {
+    sweep_on_a_runtime(CommitPath {
         name: "reclaim",
         setup: Some(|store| {
             boxed(async move {
@@ -596,14 +604,13 @@ async fn reclaim_after_drop() {
         changes_contents: false,
         max_cuts: Some(5),
         backends: &[Backend::Memory],
-    })
-    .await;
+    });
 }
 
 /// `ducklake_cleanup_old_files`: forgets scheduled files without a snapshot.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn head_preserving_maintenance() {
-    sweep(CommitPath {
+#[test]
+fn head_preserving_maintenance() {
+    sweep_on_a_runtime(CommitPath {
         name: "maintenance",
         setup: Some(|store| {
             boxed(async move {
@@ -621,14 +628,13 @@ async fn head_preserving_maintenance() {
             })
         },
         ..CommitPath::ONE_COMMIT
-    })
-    .await;
+    });
 }
 
 /// `ducklake_flush_inlined_data`: a data file replaces the inlined rows.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn inline_flush() {
-    sweep(CommitPath {
+#[test]
+fn inline_flush() {
+    sweep_on_a_runtime(CommitPath {
         name: "inline flush",
         setup: Some(|store| boxed(inline_history(store))),
         commit: |store| {
@@ -650,14 +656,13 @@ async fn inline_flush() {
             })
         },
         ..CommitPath::ONE_COMMIT
-    })
-    .await;
+    });
 }
 
 /// `ducklake_expire_snapshots`: the cascade that prunes snapshots and files.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn expiry_cascade() {
-    sweep(CommitPath {
+#[test]
+fn expiry_cascade() {
+    sweep_on_a_runtime(CommitPath {
         name: "expiry cascade",
         setup: Some(|store| boxed(history(store))),
         commit: |store| {
@@ -666,6 +671,5 @@ async fn expiry_cascade() {
             })
         },
         ..CommitPath::ONE_COMMIT
-    })
-    .await;
+    });
 }

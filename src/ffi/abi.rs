@@ -969,7 +969,8 @@ pub extern "C" fn moraine_db_stats(
             ),
         ]
         .into_iter()
-        .chain(crate::store::upkeep::close_merge_counts());
+        .chain(crate::store::upkeep::close_merge_counts())
+        .chain(crate::store::writes::counters());
         let cells = commits
             .into_iter()
             .chain(requests)

@@ -34,6 +34,7 @@ pub mod turn;
 pub mod upkeep;
 pub mod uri;
 pub mod value;
+pub mod writes;
 
 use crate::error::{panic_text, slate, Error, Result};
 use bytes::Bytes;
@@ -355,11 +356,15 @@ impl Store {
     /// acknowledged commit survives a crash.
     pub async fn commit(&self, txn: StoreTxn) -> Result<()> {
         let StoreTxn { tx, pin, batch, .. } = txn;
-        let db = pin.db();
+        let (db, writes) = (pin.db(), pin.writes());
         let landed = async {
-            let handle = tx.commit().await.map_err(|e| slate("committing", e))?;
+            let handle = writes
+                .run(tx.commit())
+                .await
+                .map_err(|e| slate("committing", e))?;
             if let Some(handle) = handle {
-                db.flush()
+                writes
+                    .run(db.flush())
                     .await
                     .map_err(|e| slate("flushing the commit", e))?;
                 handle
@@ -446,7 +451,8 @@ async fn open_writer(
     settings: &StoreSettings,
     last_collection: Arc<upkeep::LastCollection>,
 ) -> Result<turn::OpenedWriter> {
-    let db = open_db(root.clone(), object_store.clone(), uri, settings).await?;
+    let writes = writes::Writes::for_store(uri);
+    let db = open_db(root.clone(), object_store.clone(), uri, settings, writes).await?;
     let compaction = upkeep::Compaction::start(
         root.clone(),
         object_store.clone(),
@@ -471,6 +477,7 @@ async fn open_writer(
     });
     Ok(turn::OpenedWriter {
         db,
+        writes,
         compaction,
         collection,
         idle,
@@ -482,24 +489,23 @@ async fn open_db(
     object_store: Arc<dyn ObjectStore>,
     uri: &StoreUri,
     settings: &StoreSettings,
+    writes: writes::Writes,
 ) -> Result<Db> {
     let context = format!("opening {uri}");
+    let builder = Db::builder(root, object_store)
+        .with_settings(settings.slatedb_settings())
+        .with_sst_block_size(WRITER_BLOCK_SIZE);
     // SlateDB panics on some damaged manifests; that is an error here.
-    AssertUnwindSafe(
-        Db::builder(root, object_store)
-            .with_settings(settings.slatedb_settings())
-            .with_sst_block_size(WRITER_BLOCK_SIZE)
-            .build(),
-    )
-    .catch_unwind()
-    .await
-    .map_err(|panic| {
-        Error::Corruption(format!(
+    AssertUnwindSafe(writes.open(builder))
+        .catch_unwind()
+        .await
+        .map_err(|panic| {
+            Error::Corruption(format!(
             "{context}: SlateDB could not decode the store ({}); an object of the store is damaged",
             panic_text(&*panic)
         ))
-    })
-    .and_then(|built| built.map_err(|e| slate(&context, e)))
+        })
+        .and_then(|built| built.map_err(|e| slate(&context, e)))
 }
 
 /// Every key and value an iterator yields.

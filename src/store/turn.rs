@@ -30,6 +30,7 @@
 use super::lease::{self, Holder, Take, TURN_DIR, TURN_SECONDS};
 use super::upkeep::Compaction;
 use super::uri::StoreUri;
+use super::writes::Writes;
 use crate::error::{Error, Result};
 use futures_util::future::BoxFuture;
 use object_store::path::Path;
@@ -82,6 +83,7 @@ pub type OpenWriter = Box<dyn Fn() -> BoxFuture<'static, Result<OpenedWriter>> +
 /// A SlateDB writer and what moraine runs beside it while it is open.
 pub struct OpenedWriter {
     pub db: Db,
+    pub writes: Writes,
     pub compaction: Arc<Compaction>,
     pub collection: tokio::task::JoinHandle<()>,
     pub idle: Option<tokio::task::JoinHandle<()>>,
@@ -202,6 +204,7 @@ pub struct WriterTurn {
 /// the turn and `db` stays open.
 pub struct TurnPin {
     db: Db,
+    writes: Writes,
     compaction: Arc<Compaction>,
     turn: Arc<WriterTurn>,
 }
@@ -209,6 +212,11 @@ pub struct TurnPin {
 impl TurnPin {
     pub fn db(&self) -> &Db {
         &self.db
+    }
+
+    /// How this writer's commits drive SlateDB's batch writer.
+    pub fn writes(&self) -> Writes {
+        self.writes
     }
 
     /// The compactor running beside this writer.
@@ -313,6 +321,7 @@ impl WriterTurn {
         self.pins.fetch_add(1, Ordering::SeqCst);
         TurnPin {
             db: held.writer.db.clone(),
+            writes: held.writer.writes,
             compaction: held.writer.compaction.clone(),
             turn: self.clone(),
         }
