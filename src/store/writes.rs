@@ -90,8 +90,9 @@ impl WriteRuntime {
     /// multi-thread runtime as it does by default.
     pub fn get() -> Option<&'static WriteRuntime> {
         *SHARED.get_or_init(|| {
-            // Time only: the batch writer does no I/O, and an I/O driver
-            // would cost a syscall each time the runtime parks.
+            // Time only: the writer's tasks reach a local store's files on
+            // the calling thread, or memory, and an I/O driver would cost a
+            // syscall each time the runtime parks.
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_time()
                 .build()
@@ -123,15 +124,19 @@ impl WriteRuntime {
             };
             loop {
                 let quiet = state.last_caller.map_or(DRIVER_IDLE, |at| at.elapsed());
-                if state.callers == 0 && quiet >= DRIVER_IDLE {
+                state = if state.callers > 0 {
+                    // The last commit to leave wakes this thread.
+                    match self.changed.wait(state) {
+                        Ok(state) => state,
+                        Err(_) => return,
+                    }
+                } else if quiet < DRIVER_IDLE {
+                    match self.changed.wait_timeout(state, DRIVER_IDLE - quiet) {
+                        Ok((state, _)) => state,
+                        Err(_) => return,
+                    }
+                } else {
                     break;
-                }
-                let wait = DRIVER_IDLE
-                    .saturating_sub(quiet)
-                    .max(Duration::from_millis(1));
-                state = match self.changed.wait_timeout(state, wait) {
-                    Ok((state, _)) => state,
-                    Err(_) => return,
                 };
             }
             drop(state);
