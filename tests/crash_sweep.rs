@@ -371,7 +371,6 @@ async fn attempt(path: &CommitPath, backend: Backend, budget: Option<u64>) -> At
     }
 }
 
-/// Sweeps every cut point of `path` on each back-end.
 /// Sweeps `path` on every back-end it names, on a runtime of its own. A
 /// frozen commit stays parked on its write for good, as a crashed process's
 /// would: with the writer's tasks on the committing thread (`store::writes`)

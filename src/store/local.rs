@@ -169,20 +169,11 @@ impl DirectLocal {
         options: &GetOptions,
     ) -> object_store::Result<Option<GetResult>> {
         let path = self.fs.path_to_filesystem(location)?;
-        let not_found = |source: std::io::Error| object_store::Error::NotFound {
-            path: path.display().to_string(),
-            source: Box::new(source),
-        };
-        let file = File::open(&path).map_err(|e| match e.kind() {
-            ErrorKind::NotFound => not_found(e),
-            _ => generic(&path, e),
-        })?;
+        let file = File::open(&path).map_err(|e| io_error(&path, e))?;
         let metadata = file.metadata().map_err(|e| generic(&path, e))?;
         if metadata.is_dir() {
-            return Err(not_found(std::io::Error::new(
-                ErrorKind::NotFound,
-                "is a directory",
-            )));
+            let source = std::io::Error::new(ErrorKind::NotFound, "is a directory");
+            return Err(io_error(&path, source));
         }
         let meta = object_meta(&metadata, location.clone());
         options.check_preconditions(&meta)?;
@@ -328,6 +319,18 @@ fn entries(
     Ok(Some(out))
 }
 
+/// An I/O error on `path` as `LocalFileSystem` reports it: a missing file is
+/// `NotFound`, anything else generic.
+fn io_error(path: &std::path::Path, source: std::io::Error) -> object_store::Error {
+    match source.kind() {
+        ErrorKind::NotFound => object_store::Error::NotFound {
+            path: path.display().to_string(),
+            source: Box::new(source),
+        },
+        _ => generic(path, source),
+    }
+}
+
 fn generic(path: &std::path::Path, source: std::io::Error) -> object_store::Error {
     object_store::Error::Generic {
         store: "LocalFileSystem",
@@ -428,13 +431,7 @@ impl ObjectStore for DirectLocal {
                     match spares.delete(&path) {
                         Ok(Deleted::Recycled) => Ok(location),
                         Ok(Deleted::NotKept) => fs.delete(&location).await.map(|()| location),
-                        Err(e) if e.kind() == ErrorKind::NotFound => {
-                            Err(object_store::Error::NotFound {
-                                path: path.display().to_string(),
-                                source: Box::new(e),
-                            })
-                        }
-                        Err(e) => Err(generic(&path, e)),
+                        Err(e) => Err(io_error(&path, e)),
                     }
                 }
             })

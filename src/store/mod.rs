@@ -496,16 +496,14 @@ async fn open_db(
         .with_settings(settings.slatedb_settings())
         .with_sst_block_size(WRITER_BLOCK_SIZE);
     // SlateDB panics on some damaged manifests; that is an error here.
-    AssertUnwindSafe(writes.open(builder))
-        .catch_unwind()
-        .await
-        .map_err(|panic| {
-            Error::Corruption(format!(
+    let opened = AssertUnwindSafe(writes.open(builder)).catch_unwind().await;
+    let built = opened.map_err(|panic| {
+        Error::Corruption(format!(
             "{context}: SlateDB could not decode the store ({}); an object of the store is damaged",
             panic_text(&*panic)
         ))
-        })
-        .and_then(|built| built.map_err(|e| slate(&context, e)))
+    })?;
+    built.map_err(|e| slate(&context, e))
 }
 
 /// Every key and value an iterator yields.

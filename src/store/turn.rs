@@ -214,7 +214,7 @@ impl TurnPin {
         &self.db
     }
 
-    /// How this writer's commits drive SlateDB's batch writer.
+    /// Where this writer's SlateDB tasks run, and so how a commit drives them.
     pub fn writes(&self) -> Writes {
         self.writes
     }

@@ -194,13 +194,11 @@ impl Writes {
     /// multi-thread runtime (moraine's, or a multi-thread test's): a
     /// current-thread runtime cannot lend its thread to another runtime.
     pub fn for_store(uri: &StoreUri) -> Writes {
-        let multi_thread = Handle::try_current()
-            .is_ok_and(|handle| handle.runtime_flavor() == RuntimeFlavor::MultiThread);
         let no_network = !matches!(uri, StoreUri::S3 { .. });
-        match WriteRuntime::get() {
-            Some(shared) if multi_thread && no_network => Writes::OnWriteRuntime(shared),
-            _ => Writes::OnOpeningRuntime,
+        if !no_network || current_flavor() != Some(RuntimeFlavor::MultiThread) {
+            return Writes::OnOpeningRuntime;
         }
+        WriteRuntime::get().map_or(Writes::OnOpeningRuntime, Writes::OnWriteRuntime)
     }
 
     /// Builds the writer with its tasks where `self` says.
@@ -231,11 +229,7 @@ impl Writes {
         let Writes::OnWriteRuntime(shared) = self else {
             return future.await;
         };
-        let lendable = match Handle::try_current() {
-            Ok(handle) => handle.runtime_flavor() == RuntimeFlavor::MultiThread,
-            Err(_) => true,
-        };
-        if !lendable {
+        if current_flavor() == Some(RuntimeFlavor::CurrentThread) {
             return future.await;
         }
         // Lets the multi-thread runtime move its other work off this thread
@@ -243,6 +237,13 @@ impl Writes {
         // DuckDB thread in `block_on`) it costs nothing.
         tokio::task::block_in_place(|| shared.run_here(future))
     }
+}
+
+/// The flavor of the runtime this thread is in, if any.
+fn current_flavor() -> Option<RuntimeFlavor> {
+    Handle::try_current()
+        .ok()
+        .map(|handle| handle.runtime_flavor())
 }
 
 /// A future polled with `handle` as the current runtime.
