@@ -144,6 +144,13 @@ idx_t MoraineTransaction::RowCount(MoraineSchemaEntry &schema, const string &nam
 	return count;
 }
 
+MoraineIntStats MoraineTransaction::IntStats(MoraineSchemaEntry &schema, const string &name, idx_t column) {
+	auto txn = TxnFor(schema);
+	MoraineIntStats stats {};
+	MoraineCall([&](char **err) { return moraine_txn_int_stats(txn, name.c_str(), column, &stats, err); });
+	return stats;
+}
+
 void MoraineTransaction::Insert(MoraineSchemaEntry &schema, const string &name, idx_t rows, idx_t columns,
                                 const MoraineCell *cells) {
 	auto txn = TxnFor(schema);

@@ -27,6 +27,8 @@ public:
 	MoraineScan *Scan(MoraineSchemaEntry &schema, const string &name, const vector<MoraineScanBound> &bounds);
 	//! How many rows a scan of the table would see now, before filters.
 	idx_t RowCount(MoraineSchemaEntry &schema, const string &name);
+	//! The exact statistics of integer column `column` as a scan of the table would see it now.
+	MoraineIntStats IntStats(MoraineSchemaEntry &schema, const string &name, idx_t column);
 	void Insert(MoraineSchemaEntry &schema, const string &name, idx_t rows, idx_t columns, const MoraineCell *cells);
 	void Delete(MoraineSchemaEntry &schema, const string &name, const vector<int64_t> &rowids);
 	void Update(MoraineSchemaEntry &schema, const string &name, const vector<int64_t> &rowids,

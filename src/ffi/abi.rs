@@ -8,7 +8,7 @@
 use super::bridge::block_on;
 use crate::catalog::{self, Cell, Row, TableRef};
 use crate::error::{panic_text, Error, Result};
-use crate::staged::pushdown::IntBound;
+use crate::staged::pushdown::{self, IntBound};
 use crate::staged::{AttachShared, Scan, StagedTransaction, TableInfo};
 use crate::store::value::CellRef;
 use crate::store::{Store, StoreSettings, StoreUri};
@@ -73,6 +73,20 @@ pub struct MoraineScan {
 
 /// A bound a scan may leave rows out by (`staged::pushdown`): the cell in
 /// `column` must be an integer in `low..=high`.
+/// What one integer column holds, for DuckDB's optimizer
+/// ([`pushdown::IntStats`]); `min` and `max` are meaningful only when
+/// `rows > nulls`.
+#[repr(C)]
+pub struct MoraineIntStats {
+    pub rows: u64,
+    pub nulls: u64,
+    pub min: i64,
+    pub max: i64,
+    /// false when the column holds something other than integers and NULL:
+    /// then nothing here may be relied on.
+    pub exact: bool,
+}
+
 #[repr(C)]
 pub struct MoraineScanBound {
     pub column: usize,
@@ -107,6 +121,11 @@ static CALL_MICROS: AtomicU64 = AtomicU64::new(0);
 /// filters DuckDB pushed into the scans saved it ([`IntBound`]).
 static SCAN_ROWS: AtomicU64 = AtomicU64::new(0);
 static SCAN_ROWS_EMITTED: AtomicU64 = AtomicU64::new(0);
+
+/// Integer columns whose exact statistics this process gave DuckDB's
+/// optimizer ([`pushdown::IntStats`]): each an aggregate it may answer
+/// without a scan.
+static COLUMN_STATS_SERVED: AtomicU64 = AtomicU64::new(0);
 
 /// Runs `body`, turning errors and panics into a status code and a message,
 /// and counts its time in [`CALL_MICROS`].
@@ -611,6 +630,39 @@ pub extern "C" fn moraine_txn_row_count(
     })
 }
 
+/// Writes the exact statistics of integer column `column` of `name` as a
+/// scan would see it now, for DuckDB's optimizer. Reads the table as a scan
+/// would, and keeps it for the scan.
+#[no_mangle]
+pub extern "C" fn moraine_txn_int_stats(
+    txn: *mut MoraineTxn,
+    name: *const c_char,
+    column: usize,
+    stats_out: *mut MoraineIntStats,
+    err: *mut *mut c_char,
+) -> i32 {
+    guarded(err, || {
+        let table = table_ref(text(name, "table name")?)?;
+        let rows = on_staged(txn, async |s| s.visible_rows(table).await)?;
+        if stats_out.is_null() {
+            return Err(Error::Internal("null column statistics".into()));
+        }
+        let stats = pushdown::int_stats(&rows, column);
+        COLUMN_STATS_SERVED.fetch_add(u64::from(stats.is_some()), Ordering::Relaxed);
+        let (min, max) = stats.and_then(|s| s.range).unwrap_or((0, 0));
+        let written = MoraineIntStats {
+            rows: stats.map_or(0, |s| s.rows),
+            nulls: stats.map_or(0, |s| s.nulls),
+            min,
+            max,
+            exact: stats.is_some(),
+        };
+        // SAFETY: checked non-null; the shim passes one MoraineIntStats.
+        unsafe { *stats_out = written };
+        Ok(())
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn moraine_scan_row_count(scan: *mut MoraineScan) -> usize {
     handle(scan, "scan").map(|s| s.scan.len()).unwrap_or(0)
@@ -966,6 +1018,10 @@ pub extern "C" fn moraine_db_stats(
             (
                 "scan_rows_emitted",
                 SCAN_ROWS_EMITTED.load(Ordering::Relaxed),
+            ),
+            (
+                "column_stats_served",
+                COLUMN_STATS_SERVED.load(Ordering::Relaxed),
             ),
         ]
         .into_iter()

@@ -1,5 +1,7 @@
-//! Filters DuckDB pushes into a scan, as bounds that let a scan leave rows
-//! out.
+//! What DuckDB's optimizer and a scan tell each other: filters DuckDB
+//! pushes into a scan, as bounds that let a scan leave rows out, and the
+//! exact statistics of an integer column, from which DuckDB answers an
+//! ungrouped `MIN`, `MAX` or `COUNT(*)` without scanning.
 //!
 //! DuckLake's busiest query, `WHERE snapshot_id = (SELECT MAX(snapshot_id)
 //! …)`, is a hash join; once the aggregate side is built DuckDB pushes its
@@ -9,6 +11,7 @@
 //! scan need not hand over, never what a query sees.
 
 use crate::catalog::Rows;
+use crate::store::value::CellRef;
 
 /// Rows whose cell in `column` is not an integer in `low..=high` may be left
 /// out of the scan. NULL is outside every bound: the comparisons, IN lists
@@ -39,6 +42,42 @@ pub fn select(rows: &Rows, bounds: &[IntBound]) -> Option<Vec<u32>> {
         .map(|row| row as u32)
         .collect();
     (selected.len() < rows.len()).then_some(selected)
+}
+
+/// What one integer column of a table holds, exactly. DuckLake asks for
+/// `MAX(snapshot_id)` twice a commit; answered from these, the aggregate
+/// costs one pass in the core instead of every row of the table crossing
+/// into DuckDB, so it stays cheap however long the history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntStats {
+    pub rows: u64,
+    pub nulls: u64,
+    /// The least and greatest non-NULL value; `None` when every cell is NULL.
+    pub range: Option<(i64, i64)>,
+}
+
+/// The statistics of `column`, or `None` when a cell there is neither an
+/// integer nor NULL: statistics DuckDB relies on must be exact or absent.
+pub fn int_stats(rows: &Rows, column: usize) -> Option<IntStats> {
+    let mut stats = IntStats {
+        rows: rows.len() as u64,
+        nulls: 0,
+        range: None,
+    };
+    for row in 0..rows.len() {
+        match rows.cell(row, column) {
+            CellRef::Null => stats.nulls += 1,
+            CellRef::Int(v) => {
+                stats.range = Some(
+                    stats
+                        .range
+                        .map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))),
+                )
+            }
+            _ => return None,
+        }
+    }
+    Some(stats)
 }
 
 #[cfg(test)]
@@ -118,5 +157,39 @@ mod tests {
             high: 0,
         };
         assert_eq!(select(&rows(), &[bound]), Some(vec![]));
+    }
+
+    #[test]
+    fn int_stats_count_nulls_and_span_the_integers() {
+        let stats = int_stats(&rows(), 1);
+        assert_eq!(
+            stats,
+            Some(IntStats {
+                rows: 6,
+                nulls: 3,
+                range: Some((10, 50)),
+            })
+        );
+    }
+
+    #[test]
+    fn int_stats_of_an_all_null_or_empty_column_have_no_range() {
+        let all_null = int_stats(&rows(), 7).expect("NULL past a row's end");
+        assert_eq!((all_null.nulls, all_null.range), (6, None));
+        let empty = int_stats(&Rows::from(Vec::<Vec<Cell>>::new()), 0);
+        assert_eq!(
+            empty,
+            Some(IntStats {
+                rows: 0,
+                nulls: 0,
+                range: None,
+            })
+        );
+    }
+
+    #[test]
+    fn int_stats_refuse_a_column_that_is_not_all_integers() {
+        let mixed: Rows = vec![vec![Cell::Int(1)], vec![Cell::Text("x".into())]].into();
+        assert_eq!(int_stats(&mixed, 0), None);
     }
 }
