@@ -198,7 +198,16 @@ impl Rows {
                 gone[equal.remove(k)] = true;
             }
         }
-        let mut kept = packed.keep(|at| !gone[at]);
+        self.kept(|at| !gone[at])
+    }
+
+    /// The rows `keep` names, in order. Packed rows stay packed and nothing
+    /// is decoded, as in [`Rows::without`]; `None` for rows held decoded.
+    pub fn kept(&self, keep: impl Fn(usize) -> bool) -> Option<Rows> {
+        let (None, Some(packed)) = (self.decoded.get(), &self.packed) else {
+            return None;
+        };
+        let mut kept = packed.keep(keep);
         if kept.len() * 2 < packed.len() {
             kept.consolidate();
         }

@@ -526,7 +526,7 @@ impl StagedTransaction {
                 None => overlay::applied(table, &committed, &self.ops),
                 Some(parent) => {
                     let parent = Box::pin(self.visible_rows(parent)).await?;
-                    Rows::from(overlay::apply(table, &committed, &self.ops, Some(&parent)))
+                    overlay::linked(table, &committed, &self.ops, &parent)
                 }
             },
         };
@@ -599,11 +599,14 @@ impl StagedTransaction {
     pub async fn stage_delete(&mut self, table: TableRef, rowids: &[i64]) -> Result<()> {
         self.writable()?;
         self.pin().await?;
-        for &rowid in rowids {
-            let row = self.resolve(rowid)?;
-            self.shared
-                .claims
-                .claim(self.claimant, table, &row, Change::Deletion)?;
+        let rows = rowids
+            .iter()
+            .map(|&rowid| self.resolve(rowid))
+            .collect::<Result<Vec<Row>>>()?;
+        self.shared
+            .claims
+            .claim(self.claimant, table, &rows, Change::Deletion)?;
+        for row in rows {
             self.ops.push(StagedOp::Delete { table, row });
         }
         Ok(())
@@ -628,7 +631,7 @@ impl StagedTransaction {
             let old = self.resolve(rowid)?;
             self.shared
                 .claims
-                .claim(self.claimant, table, &old, Change::Update)?;
+                .claim(self.claimant, table, [&old], Change::Update)?;
             let mut new = old.clone();
             for (&c, v) in columns.iter().zip(set) {
                 let slot = new.get_mut(c).ok_or_else(|| {

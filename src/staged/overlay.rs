@@ -18,6 +18,7 @@
 use super::StagedOp;
 use crate::catalog::{Cell, Kind, Lifecycle, Row, Rows, TableRef};
 use crate::inline;
+use crate::store::value::CellRef;
 use foldhash::fast::RandomState;
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
@@ -167,6 +168,33 @@ pub fn canonical_order(table: TableRef, rows: &mut [Row]) {
     }
 }
 
+/// `rows` with the operations on child `table` applied ([`applied`]) and
+/// only the children whose parent row is among `parents` kept. Packed rows
+/// stay packed: an expiry that deletes thousands of snapshots hides their
+/// changes this way on every scan of `ducklake_snapshot_changes`, without
+/// decoding or copying a row.
+pub fn linked(table: TableRef, rows: &Rows, ops: &[StagedOp], parents: &Rows) -> Rows {
+    // A child no operation touches itself is filtered as it is, not copied.
+    let touched = ops.iter().any(|op| op.table() == table);
+    let own = match touched {
+        true => std::borrow::Cow::Owned(applied(table, rows, ops)),
+        false => std::borrow::Cow::Borrowed(rows),
+    };
+    let link = link(table);
+    fn key(rows: &Rows, row: usize, columns: impl Iterator<Item = usize>) -> Vec<CellRef<'_>> {
+        columns.map(|column| rows.cell(row, column)).collect()
+    }
+    let parent_keys: HashSet<Vec<CellRef<'_>>, RandomState> = (0..parents.len())
+        .map(|p| key(parents, p, link.iter().map(|&(_, pc)| pc)))
+        .collect();
+    let kept = own.kept(|c| parent_keys.contains(&key(&own, c, link.iter().map(|&(cc, _)| cc))));
+    kept.unwrap_or_else(|| {
+        let mut rows = own.into_owned();
+        rows.change(|rows| retain_linked(table, rows, parents));
+        rows
+    })
+}
+
 /// Keeps the children whose parent row is among `parents`.
 pub fn retain_linked(table: TableRef, rows: &mut Vec<Row>, parents: &[Row]) {
     let link = link(table);
@@ -304,6 +332,27 @@ mod tests {
         let mut children = vec![row(&[1, 7]), row(&[2, 8]), row(&[3, 9])];
         retain_linked(changes, &mut children, &[row(&[1]), row(&[3])]);
         assert_eq!(children, vec![row(&[1, 7]), row(&[3, 9])]);
+    }
+
+    #[test]
+    fn packed_children_follow_their_visible_parents_as_decoded_ones_do() {
+        let changes = TableRef::Fixed(Kind::SnapshotChanges);
+        let children = vec![row(&[1, 7]), row(&[2, 8]), row(&[3, 9]), row(&[3, 10])];
+        let parents = Rows::packed(vec![row(&[1]), row(&[3])]);
+        let packed = Rows::packed(children.clone());
+        // The children's own deletes apply first, then the parent filter.
+        let own = vec![StagedOp::Delete {
+            table: changes,
+            row: row(&[3, 9]),
+        }];
+        for ops in [vec![], own] {
+            let mut expected = children.clone();
+            apply_in_place(changes, &mut expected, &ops);
+            retain_linked(changes, &mut expected, &parents);
+            for rows in [&packed, &Rows::from(children.clone())] {
+                assert_eq!(linked(changes, rows, &ops, &parents), expected);
+            }
+        }
     }
 
     #[test]

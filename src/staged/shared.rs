@@ -248,8 +248,7 @@ impl SharedRows {
                 match parent {
                     Some(parents) => {
                         if let Some(rows) = s.tables.get_mut(&child) {
-                            Arc::make_mut(rows)
-                                .change(|rows| overlay::retain_linked(child, rows, &parents));
+                            *rows = Arc::new(overlay::linked(child, rows, &[], &parents));
                         }
                     }
                     None => {
