@@ -198,23 +198,24 @@ impl Rows {
                 gone[equal.remove(k)] = true;
             }
         }
-        self.kept(|at| !gone[at])
+        Some(self.kept(|at| !gone[at]))
     }
 
     /// The rows `keep` names, in order. Packed rows stay packed and nothing
-    /// is decoded, as in [`Rows::without`]; `None` for rows held decoded.
-    pub fn kept(&self, keep: impl Fn(usize) -> bool) -> Option<Rows> {
+    /// is decoded, as in [`Rows::without`]; decoded rows are copied.
+    pub fn kept(&self, keep: impl Fn(usize) -> bool) -> Rows {
         let (None, Some(packed)) = (self.decoded.get(), &self.packed) else {
-            return None;
+            let kept = self.iter().enumerate().filter(|&(at, _)| keep(at));
+            return Rows::from(kept.map(|(_, row)| row.clone()).collect::<Vec<_>>());
         };
         let mut kept = packed.keep(keep);
         if kept.len() * 2 < packed.len() {
             kept.consolidate();
         }
-        Some(Rows {
+        Rows {
             packed: Some(kept),
             decoded: OnceLock::new(),
-        })
+        }
     }
 
     /// Appends row `row` as the image stores it ([`put_row`]); packed rows

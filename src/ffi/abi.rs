@@ -6,7 +6,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use super::bridge::block_on;
-use crate::catalog::{self, Cell, Row, TableRef};
+use crate::catalog::{self, Cell, Row, Rows, TableRef};
 use crate::error::{panic_text, Error, Result};
 use crate::staged::pushdown::{self, IntBound};
 use crate::staged::{AttachShared, Scan, StagedTransaction, TableInfo};
@@ -85,6 +85,19 @@ pub struct MoraineIntStats {
     /// false when the column holds something other than integers and NULL:
     /// then nothing here may be relied on.
     pub exact: bool,
+}
+
+impl From<Option<pushdown::IntStats>> for MoraineIntStats {
+    fn from(stats: Option<pushdown::IntStats>) -> Self {
+        let (min, max) = stats.and_then(|s| s.range).unwrap_or((0, 0));
+        MoraineIntStats {
+            rows: stats.map_or(0, |s| s.rows),
+            nulls: stats.map_or(0, |s| s.nulls),
+            min,
+            max,
+            exact: stats.is_some(),
+        }
+    }
 }
 
 #[repr(C)]
@@ -171,6 +184,16 @@ fn out<T>(slot: *mut *mut T, value: T) -> Result<()> {
     Ok(())
 }
 
+/// Writes one plain value the shim passed a slot for.
+fn write<T>(slot: *mut T, value: T, what: &str) -> Result<()> {
+    if slot.is_null() {
+        return Err(Error::Internal(format!("null {what}")));
+    }
+    // SAFETY: checked non-null; the shim passes one `T`.
+    unsafe { *slot = value };
+    Ok(())
+}
+
 fn free<T>(ptr: *mut T) {
     if !ptr.is_null() {
         // SAFETY: created by Box::into_raw in this module, freed once by the shim.
@@ -192,6 +215,13 @@ fn on_staged<R>(
     let txn = handle(txn, "transaction")?;
     let mut staged = lock(txn)?;
     block_on(op(&mut staged))?
+}
+
+/// The rows a scan of table `name` would see now; the transaction keeps them
+/// for the scan.
+fn visible_rows(txn: *mut MoraineTxn, name: *const c_char) -> Result<Arc<Rows>> {
+    let table = table_ref(text(name, "table name")?)?;
+    on_staged(txn, async |s| s.visible_rows(table).await)
 }
 
 fn table_ref(name: &str) -> Result<TableRef> {
@@ -619,14 +649,8 @@ pub extern "C" fn moraine_txn_row_count(
     err: *mut *mut c_char,
 ) -> i32 {
     guarded(err, || {
-        let table = table_ref(text(name, "table name")?)?;
-        let rows = on_staged(txn, async |s| s.visible_rows(table).await)?;
-        if count_out.is_null() {
-            return Err(Error::Internal("null row count".into()));
-        }
-        // SAFETY: checked non-null; the shim passes one u64.
-        unsafe { *count_out = rows.len() as u64 };
-        Ok(())
+        let rows = visible_rows(txn, name)?;
+        write(count_out, rows.len() as u64, "row count")
     })
 }
 
@@ -642,24 +666,10 @@ pub extern "C" fn moraine_txn_int_stats(
     err: *mut *mut c_char,
 ) -> i32 {
     guarded(err, || {
-        let table = table_ref(text(name, "table name")?)?;
-        let rows = on_staged(txn, async |s| s.visible_rows(table).await)?;
-        if stats_out.is_null() {
-            return Err(Error::Internal("null column statistics".into()));
-        }
+        let rows = visible_rows(txn, name)?;
         let stats = pushdown::int_stats(&rows, column);
         COLUMN_STATS_SERVED.fetch_add(u64::from(stats.is_some()), Ordering::Relaxed);
-        let (min, max) = stats.and_then(|s| s.range).unwrap_or((0, 0));
-        let written = MoraineIntStats {
-            rows: stats.map_or(0, |s| s.rows),
-            nulls: stats.map_or(0, |s| s.nulls),
-            min,
-            max,
-            exact: stats.is_some(),
-        };
-        // SAFETY: checked non-null; the shim passes one MoraineIntStats.
-        unsafe { *stats_out = written };
-        Ok(())
+        write(stats_out, MoraineIntStats::from(stats), "column statistics")
     })
 }
 

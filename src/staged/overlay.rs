@@ -180,32 +180,44 @@ pub fn linked(table: TableRef, rows: &Rows, ops: &[StagedOp], parents: &Rows) ->
         true => std::borrow::Cow::Owned(applied(table, rows, ops)),
         false => std::borrow::Cow::Borrowed(rows),
     };
-    let link = link(table);
-    fn key(rows: &Rows, row: usize, columns: impl Iterator<Item = usize>) -> Vec<CellRef<'_>> {
-        columns.map(|column| rows.cell(row, column)).collect()
-    }
-    let parent_keys: HashSet<Vec<CellRef<'_>>, RandomState> = (0..parents.len())
-        .map(|p| key(parents, p, link.iter().map(|&(_, pc)| pc)))
-        .collect();
-    let kept = own.kept(|c| parent_keys.contains(&key(&own, c, link.iter().map(|&(cc, _)| cc))));
-    kept.unwrap_or_else(|| {
-        let mut rows = own.into_owned();
-        rows.change(|rows| retain_linked(table, rows, parents));
-        rows
-    })
+    let parents = ParentKeys::new(table, parents.len(), |p, c| parents.cell(p, c));
+    own.kept(|row| parents.hold(|c| own.cell(row, c)))
 }
 
 /// Keeps the children whose parent row is among `parents`.
 pub fn retain_linked(table: TableRef, rows: &mut Vec<Row>, parents: &[Row]) {
-    let link = link(table);
-    let parent_keys: HashSet<Vec<&Cell>, RandomState> = parents
-        .iter()
-        .map(|p| link.iter().filter_map(|&(_, pc)| p.get(pc)).collect())
-        .collect();
-    rows.retain(|child| {
-        let key: Vec<&Cell> = link.iter().filter_map(|&(c, _)| child.get(c)).collect();
-        parent_keys.contains(&key)
-    });
+    fn cell(row: &Row, column: usize) -> CellRef<'_> {
+        row.get(column).map_or(CellRef::Null, Cell::as_cell_ref)
+    }
+    let parents = ParentKeys::new(table, parents.len(), |p, c| cell(&parents[p], c));
+    rows.retain(|child| parents.hold(|c| cell(child, c)));
+}
+
+/// The link cells of a child table's visible parents: a child is visible
+/// when its own link cells are among them.
+struct ParentKeys<'a> {
+    link: &'static [(usize, usize)],
+    keys: HashSet<Vec<CellRef<'a>>, RandomState>,
+}
+
+impl<'a> ParentKeys<'a> {
+    /// From the `count` parents that `cell(parent, column)` reads.
+    fn new(table: TableRef, count: usize, cell: impl Fn(usize, usize) -> CellRef<'a>) -> Self {
+        let link = link(table);
+        let keys = (0..count)
+            .map(|p| link.iter().map(|&(_, pc)| cell(p, pc)).collect())
+            .collect();
+        ParentKeys { link, keys }
+    }
+
+    /// Whether the child whose cells `cell(column)` reads has its parent here.
+    fn hold<'c>(&'c self, cell: impl Fn(usize) -> CellRef<'c>) -> bool
+    where
+        'a: 'c,
+    {
+        let keys: &HashSet<Vec<CellRef<'c>>, RandomState> = &self.keys;
+        keys.contains(&self.link.iter().map(|&(c, _)| cell(c)).collect::<Vec<_>>())
+    }
 }
 
 /// Rows with a hash index, so a delete or update finds the first equal row
