@@ -288,7 +288,7 @@ struct MorainePartition : public PartitionRowGroup {
 	}
 };
 
-//! DuckLake asks for `MAX(snapshot_id)` twice a commit. With exact statistics DuckDB's optimizer folds an ungrouped
+//! DuckLake asks for `MAX(snapshot_id)` in every commit. With exact statistics DuckDB's optimizer folds an ungrouped
 //! MIN, MAX or COUNT(*) into a constant, instead of every row of the table crossing into DuckDB to be aggregated:
 //! the cost then stays flat however long the history. An empty table offers nothing to fold.
 static vector<PartitionStatistics> MoraineScanPartitionStats(ClientContext &context, GetPartitionStatsInput &input) {

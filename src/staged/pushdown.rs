@@ -45,7 +45,7 @@ pub fn select(rows: &Rows, bounds: &[IntBound]) -> Option<Vec<u32>> {
 }
 
 /// What one integer column of a table holds, exactly. DuckLake asks for
-/// `MAX(snapshot_id)` twice a commit; answered from these, the aggregate
+/// `MAX(snapshot_id)` in every commit; answered from these, the aggregate
 /// costs one pass in the core instead of every row of the table crossing
 /// into DuckDB, so it stays cheap however long the history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
