@@ -437,11 +437,9 @@ async fn known_snapshot_keys_still_refuse_what_does_not_exist() {
     let rows = tx.visible_rows(fixed(Kind::Snapshot)).await.unwrap();
     let prefix = keys::prefix(Subspace::Snapshot, None);
     let mut known = moraine::catalog::writes::KnownKeys::default();
-    known.add(
+    known.add_ints(
         prefix,
-        rows.iter()
-            .map(|row| catalog::location(Kind::Snapshot, row).unwrap())
-            .collect(),
+        rows.iter().map(|row| row[0].as_int().unwrap()).collect(),
     );
     let view = store.snapshot().await.unwrap();
     let commit = |ops: Vec<moraine::staged::StagedOp>| {

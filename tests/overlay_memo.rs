@@ -99,3 +99,42 @@ async fn overlaid_rows_kept_across_statements_match_the_whole_overlay() {
     )
     .await;
 }
+
+/// Deletes of committed rows a scan emitted apply by position
+/// (`StagedOps::push_deletes`); a delete from a scan of the overlay, or any
+/// other operation on the table, puts the table back on the general path.
+/// Every step must show what applying all operations at once shows.
+#[tokio::test]
+async fn deletes_by_position_match_the_whole_overlay() {
+    let store = memory_store("overlay-positions").await;
+    bootstrap(&store).await;
+    for next in 1..8 {
+        commit_next(&store, next).await;
+    }
+    let mut tx = StagedTransaction::new(store.clone());
+    let row_of = |rows: &moraine::catalog::Rows, id: i64| {
+        rows.iter().position(|r| r[0] == int(id)).unwrap() as i64
+    };
+    let (base, committed) = tx.scan(fixed(Kind::Snapshot)).await.unwrap();
+    tx.stage_delete(
+        fixed(Kind::Snapshot),
+        &[base + row_of(&committed, 1), base + row_of(&committed, 3)],
+    )
+    .await
+    .unwrap();
+    check(&store, &mut tx, "deleting two committed snapshots").await;
+    // A second statement scans the overlay, not the committed rows.
+    let (base, again) = tx.scan(fixed(Kind::Snapshot)).await.unwrap();
+    assert_eq!(again.len(), committed.len() - 2);
+    tx.stage_delete(fixed(Kind::Snapshot), &[base + row_of(&again, 4)])
+        .await
+        .unwrap();
+    check(&store, &mut tx, "a delete from a scan of the overlay").await;
+    stage_snapshot(&mut tx, snapshot_row(8, 0, 1, 0), "inserted").await;
+    check(&store, &mut tx, "an insert after the deletes").await;
+    let (base, last) = tx.scan(fixed(Kind::Snapshot)).await.unwrap();
+    tx.stage_delete(fixed(Kind::Snapshot), &[base + row_of(&last, 2)])
+        .await
+        .unwrap();
+    check(&store, &mut tx, "a delete after the insert").await;
+}

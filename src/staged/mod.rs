@@ -18,7 +18,7 @@ pub mod translate;
 
 use crate::catalog::expiring;
 use crate::catalog::image::Images;
-use crate::catalog::writes::{KeySet, KnownKeys};
+use crate::catalog::writes::KnownKeys;
 use crate::catalog::{self, ColumnDesc, Head, Kind, Row, Rows, TableRef};
 use crate::error::{Error, Result};
 use crate::inline;
@@ -128,19 +128,52 @@ pub struct AttachShared {
     /// The purge of expiring snapshots this attach's last expiry started
     /// (design 0015).
     purge: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Counts the reads and writes of this attach's transactions: a purge
+    /// waits for it to stand still.
+    activity: AtomicU64,
+    /// Tells a waiting purge to start now: the attach is closing.
+    purge_now: tokio::sync::Notify,
 }
+
+/// How long an attach's transactions must leave the store alone before a
+/// purge starts: DuckLake follows an expiry with more statements (a cleanup
+/// reloads its catalog), and a purge beside them took their CPU.
+const PURGE_QUIET: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The longest a purge waits for quiet: a busy attach still gets its
+/// bytes back.
+const PURGE_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl AttachShared {
     /// Starts the purge of the snapshots an expiry just committed away, on
-    /// the runtime, beside the statements that follow. A purge that fails
+    /// the runtime, once the attach's transactions leave the store alone for
+    /// [`PURGE_QUIET`] (or after [`PURGE_WAIT_LIMIT`]). A purge that fails
     /// leaves its entries for the next one.
-    pub fn purge_soon(&self, store: Arc<Store>) {
+    pub fn purge_soon(self: &Arc<Self>, store: Arc<Store>) {
+        let attach = self.clone();
         let task = tokio::spawn(async move {
+            attach.wait_for_quiet().await;
             let _ = expiring::purge(&store).await;
         });
         if let Ok(mut pending) = self.purge.lock() {
             // One still running goes on unwatched; the purges take turns.
             *pending = Some(task);
+        }
+    }
+
+    /// Returns once the attach's transactions have left the store alone for
+    /// [`PURGE_QUIET`], after [`PURGE_WAIT_LIMIT`], or when it closes.
+    async fn wait_for_quiet(&self) {
+        let started = std::time::Instant::now();
+        while started.elapsed() < PURGE_WAIT_LIMIT {
+            let before = self.activity.load(Ordering::Relaxed);
+            tokio::select! {
+                _ = tokio::time::sleep(PURGE_QUIET) => {}
+                _ = self.purge_now.notified() => return,
+            }
+            if self.activity.load(Ordering::Relaxed) == before {
+                return;
+            }
         }
     }
 
@@ -154,6 +187,7 @@ impl AttachShared {
             .ok()
             .and_then(|mut pending| pending.take());
         if let Some(task) = pending {
+            self.purge_now.notify_one();
             let _ = task.await;
         }
         expiring::purge(store).await
@@ -187,11 +221,53 @@ struct StagedOps {
     last_on: HashMap<TableRef, usize>,
     /// Per table, the same for its last one that can hide its children.
     last_hiding: HashMap<TableRef, usize>,
+    /// Per table whose every staged operation deleted a committed row the
+    /// transaction scanned, which positions of the committed rows went: the
+    /// overlay keeps the rest without matching each deleted row against
+    /// the committed ones (an expiry deletes thousands of snapshots). `None`
+    /// once anything else was staged on the table.
+    deleted_at: HashMap<TableRef, Option<Vec<bool>>>,
 }
 
 impl StagedOps {
+    /// Stages deletes of `table`'s rows, each with its place among the
+    /// `committed` rows when the scan that emitted it read those rows.
+    fn push_deletes(
+        &mut self,
+        table: TableRef,
+        deletes: impl IntoIterator<Item = (Row, Option<usize>)>,
+        committed: usize,
+    ) {
+        let before = self.ops.len();
+        let gone = self
+            .deleted_at
+            .entry(table)
+            .or_insert_with(|| Some(vec![false; committed]));
+        for (row, at) in deletes {
+            self.ops.push(StagedOp::Delete { table, row });
+            match (gone.as_mut(), at) {
+                (Some(positions), Some(at)) if at < positions.len() && !positions[at] => {
+                    positions[at] = true;
+                }
+                _ => *gone = None,
+            }
+        }
+        if self.ops.len() > before {
+            self.last_on.insert(table, self.ops.len());
+            self.last_hiding.insert(table, self.ops.len());
+        }
+    }
+
+    /// Which committed rows of `table` its staged deletes removed, when
+    /// that is all that was staged on it ([`StagedOps::push_deletes`]).
+    fn deleted_from_committed(&self, table: TableRef) -> Option<&[bool]> {
+        self.deleted_at.get(&table)?.as_deref()
+    }
+
     fn push(&mut self, op: StagedOp) {
         let table = op.table();
+        // Only push_deletes keeps a table's positions.
+        self.deleted_at.insert(table, None);
         let hides = overlay::can_hide_children(&op);
         self.ops.push(op);
         self.last_on.insert(table, self.ops.len());
@@ -268,6 +344,7 @@ impl StagedTransaction {
     }
 
     async fn pin(&mut self) -> Result<&mut Pinned> {
+        self.shared.activity.fetch_add(1, Ordering::Relaxed);
         if self.pinned.is_none() {
             let view = self.store.snapshot().await?;
             let head = catalog::read_head(&self.store, &view).await?;
@@ -508,18 +585,25 @@ impl StagedTransaction {
         }
         let staged = self.ops.len();
         let parent_table = overlay::parent_table(table);
-        let rows = match self.overlaid.get(&table) {
+        // Deletes by position apply to the committed rows whole: a child
+        // table's parent filter needs the parents' rows, so it goes below.
+        let positions = match parent_table {
+            None => self.ops.deleted_from_committed(table),
+            Some(_) => None,
+        };
+        let rows = match (self.overlaid.get(&table), positions) {
             // Nothing staged since (or only operations on other tables)
             // changed these rows.
-            Some((applied, rows)) if !self.ops.changed_since(table, *applied) => {
+            (Some((applied, rows)), _) if !self.ops.changed_since(table, *applied) => {
                 let rows = rows.clone();
                 self.overlaid.insert(table, (staged, rows.clone()));
                 return Ok(rows);
             }
+            (_, Some(gone)) => committed.kept(|at| !gone[at]),
             // Operations apply one after another, so the later ones can go
             // on top of what the earlier ones made. A child table is applied
             // whole instead: its parent filter is not incremental.
-            Some((applied, rows)) if parent_table.is_none() => {
+            (Some((applied, rows)), None) if parent_table.is_none() => {
                 overlay::applied(table, rows, &self.ops[*applied..])
             }
             _ => match parent_table {
@@ -564,7 +648,8 @@ impl StagedTransaction {
         })
     }
 
-    fn resolve(&self, rowid: i64) -> Result<Row> {
+    /// The run that emitted `rowid`, and the row's place in it.
+    fn run_of(&self, rowid: i64) -> Result<(&Run, usize)> {
         let run = self
             .runs
             .iter()
@@ -575,8 +660,13 @@ impl StagedTransaction {
                     "rowid {rowid} was not emitted by a scan in this transaction"
                 ))
             })?;
+        Ok((run, (rowid - run.base) as usize))
+    }
+
+    fn resolve(&self, rowid: i64) -> Result<Row> {
+        let (run, at) = self.run_of(rowid)?;
         run.rows
-            .row((rowid - run.base) as usize)
+            .row(at)
             .ok_or_else(|| Error::Internal(format!("rowid {rowid} is outside its run")))
     }
 
@@ -598,17 +688,23 @@ impl StagedTransaction {
 
     pub async fn stage_delete(&mut self, table: TableRef, rowids: &[i64]) -> Result<()> {
         self.writable()?;
-        self.pin().await?;
-        let rows = rowids
-            .iter()
-            .map(|&rowid| self.resolve(rowid))
-            .collect::<Result<Vec<Row>>>()?;
+        let committed = self.committed(table).await?;
+        let mut rows = Vec::with_capacity(rowids.len());
+        let mut positions = Vec::with_capacity(rowids.len());
+        for &rowid in rowids {
+            let (run, at) = self.run_of(rowid)?;
+            rows.push(
+                run.rows
+                    .row(at)
+                    .ok_or_else(|| Error::Internal(format!("rowid {rowid} is outside its run")))?,
+            );
+            positions.push(Arc::ptr_eq(&run.rows, &committed).then_some(at));
+        }
         self.shared
             .claims
             .claim(self.claimant, table, &rows, Change::Deletion)?;
-        for row in rows {
-            self.ops.push(StagedOp::Delete { table, row });
-        }
+        self.ops
+            .push_deletes(table, rows.into_iter().zip(positions), committed.len());
         Ok(())
     }
 
@@ -679,19 +775,20 @@ impl StagedTransaction {
         // Read in place: decoding thousands of packed rows only to take
         // their ids cost the commit a millisecond.
         const SNAPSHOT_ID: usize = crate::column!(Snapshot, snapshot_id);
-        let keys = (0..snapshots.len())
+        let ids = (0..snapshots.len())
             .map(|row| match snapshots.cell(row, SNAPSHOT_ID) {
-                CellRef::Int(id) => Ok(catalog::snapshot_key(id)),
+                CellRef::Int(id) => Ok(id),
                 other => Err(Error::corruption(format!(
                     "a kept ducklake_snapshot row has the id {other:?}"
                 ))),
             })
-            .collect::<Result<KeySet>>()?;
-        // Every snapshot record lies under the one snapshot prefix; were
-        // there more, nothing would be known and the commit would read.
+            .collect::<Result<Vec<i64>>>()?;
+        // Every snapshot record lies under the one snapshot prefix, its key
+        // the prefix and the id; were there more, nothing would be known and
+        // the commit would read.
         let mut prefixes = catalog::record_prefixes(Kind::Snapshot).into_iter();
         if let (Some(prefix), None) = (prefixes.next(), prefixes.next()) {
-            known.add(prefix, keys);
+            known.add_ints(prefix, ids);
         }
         Ok(known)
     }

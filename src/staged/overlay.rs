@@ -197,16 +197,28 @@ pub fn retain_linked(table: TableRef, rows: &mut Vec<Row>, parents: &[Row]) {
 /// when its own link cells are among them.
 struct ParentKeys<'a> {
     link: &'static [(usize, usize)],
-    keys: HashSet<Vec<CellRef<'a>>, RandomState>,
+    keys: LinkKeys<'a>,
+}
+
+/// Most links are one cell (a snapshot's id, a data file's id), looked up
+/// without building a key for each of thousands of children.
+enum LinkKeys<'a> {
+    One(HashSet<CellRef<'a>, RandomState>),
+    Many(HashSet<Vec<CellRef<'a>>, RandomState>),
 }
 
 impl<'a> ParentKeys<'a> {
     /// From the `count` parents that `cell(parent, column)` reads.
     fn new(table: TableRef, count: usize, cell: impl Fn(usize, usize) -> CellRef<'a>) -> Self {
         let link = link(table);
-        let keys = (0..count)
-            .map(|p| link.iter().map(|&(_, pc)| cell(p, pc)).collect())
-            .collect();
+        let keys = match link {
+            [(_, pc)] => LinkKeys::One((0..count).map(|p| cell(p, *pc)).collect()),
+            _ => LinkKeys::Many(
+                (0..count)
+                    .map(|p| link.iter().map(|&(_, pc)| cell(p, pc)).collect())
+                    .collect(),
+            ),
+        };
         ParentKeys { link, keys }
     }
 
@@ -215,8 +227,17 @@ impl<'a> ParentKeys<'a> {
     where
         'a: 'c,
     {
-        let keys: &HashSet<Vec<CellRef<'c>>, RandomState> = &self.keys;
-        keys.contains(&self.link.iter().map(|&(c, _)| cell(c)).collect::<Vec<_>>())
+        match (&self.keys, self.link) {
+            (LinkKeys::One(keys), [(c, _)]) => {
+                let keys: &HashSet<CellRef<'c>, RandomState> = keys;
+                keys.contains(&cell(*c))
+            }
+            (LinkKeys::Many(keys), _) => {
+                let keys: &HashSet<Vec<CellRef<'c>>, RandomState> = keys;
+                keys.contains(&self.link.iter().map(|&(c, _)| cell(c)).collect::<Vec<_>>())
+            }
+            (LinkKeys::One(_), _) => false,
+        }
     }
 }
 

@@ -156,6 +156,23 @@ fn is_row_id_statistic(row: &Row) -> bool {
     row.get(column!(FileColumnStats, column_id)) == Some(&Cell::Int(ROW_ID_FIELD_ID))
 }
 
+/// A `ducklake_snapshot_changes` delete is a validated no-op once its
+/// snapshot is gone: the changes live in the snapshot's record.
+fn delete_snapshot_changes(id: i64, snapshot_lives: bool) -> Result<()> {
+    if snapshot_lives {
+        return Err(Error::Constraint(format!(
+            "snapshot changes of {id} can only be deleted together with their snapshot"
+        )));
+    }
+    Ok(())
+}
+
+/// The snapshot id a deleted row names; -1, which no snapshot has, for
+/// none.
+fn snapshot_id_of(row: &Row, column: usize) -> i64 {
+    row.get(column).and_then(Cell::as_int).unwrap_or(-1)
+}
+
 /// A row operation on a fixed kind; table DDL is dispatched before it.
 #[derive(Clone, Copy)]
 enum RowOp<'r> {
@@ -208,7 +225,11 @@ impl<'a> Translator<'a> {
     async fn translate(mut self, ops: &[StagedOp]) -> Result<CommitOutcome> {
         self.read_ahead(ops).await?;
         for op in ops {
-            self.apply(op).await.map_err(|e| with_context(e, op))?;
+            let applied = match self.apply_in_memory(op) {
+                Some(applied) => applied,
+                None => self.apply(op).await,
+            };
+            applied.map_err(|e| with_context(e, op))?;
         }
         self.check_embedded_deletes()?;
         let inline = std::mem::take(&mut self.inline);
@@ -257,6 +278,33 @@ impl<'a> Translator<'a> {
         let last = (self.next_ordinal >> ORDINAL_BITS << ORDINAL_BITS) + (1 << ORDINAL_BITS) - 1;
         self.next_ordinal = (self.next_ordinal + 1).min(last);
         record
+    }
+
+    /// Applies `op` without a read when all it must know is in memory: an
+    /// expiry's thousands of snapshot deletes, whose keys are known, cost
+    /// the commit a future each through [`Translator::apply`]. `None` when
+    /// `op` needs the store.
+    fn apply_in_memory(&mut self, op: &StagedOp) -> Option<Result<()>> {
+        let StagedOp::Delete {
+            table: TableRef::Fixed(kind),
+            row,
+        } = op
+        else {
+            return None;
+        };
+        match kind.def().lifecycle {
+            Lifecycle::Snapshot => {
+                let id = snapshot_id_of(row, column!(Snapshot, snapshot_id));
+                let lives = self.snapshot_lives_in_memory(id)?;
+                Some(self.expire_snapshot(id, lives))
+            }
+            Lifecycle::SnapshotChanges => {
+                let id = snapshot_id_of(row, column!(SnapshotChanges, snapshot_id));
+                let lives = self.snapshot_lives_in_memory(id)?;
+                Some(delete_snapshot_changes(id, lives))
+            }
+            _ => None,
+        }
     }
 
     async fn apply(&mut self, op: &StagedOp) -> Result<()> {
@@ -321,22 +369,29 @@ impl<'a> Translator<'a> {
                 Ok(())
             }
             RowOp::Delete(row) => {
-                let id = row[SNAPSHOT_ID].as_int().unwrap_or(-1);
-                if self.head.is_some_and(|h| h.snapshot_id == id) {
-                    return Err(Error::Constraint(format!(
-                        "snapshot {id} is the head snapshot and cannot be deleted"
-                    )));
-                }
-                if !self.snapshot_lives(id).await? {
-                    return Err(Error::NotFound(format!("snapshot {id} does not exist")));
-                }
-                // The record stays until the purge; the commit's expiring
-                // entry hides it from every reader (design 0015).
-                self.expired.insert(id);
-                Ok(())
+                let id = snapshot_id_of(row, SNAPSHOT_ID);
+                let lives = self.snapshot_lives(id).await?;
+                self.expire_snapshot(id, lives)
             }
             RowOp::Update { .. } => Err(no_update(kind)),
         }
+    }
+
+    /// A snapshot delete is expiry, refused for the head and for a snapshot
+    /// that does not live.
+    fn expire_snapshot(&mut self, id: i64, lives: bool) -> Result<()> {
+        if self.head.is_some_and(|h| h.snapshot_id == id) {
+            return Err(Error::Constraint(format!(
+                "snapshot {id} is the head snapshot and cannot be deleted"
+            )));
+        }
+        if !lives {
+            return Err(Error::NotFound(format!("snapshot {id} does not exist")));
+        }
+        // The record stays until the purge; the commit's expiring entry
+        // hides it from every reader (design 0015).
+        self.expired.insert(id);
+        Ok(())
     }
 
     /// `ducklake_snapshot_changes`: merged into its snapshot's record. An
@@ -361,14 +416,9 @@ impl<'a> Translator<'a> {
                 Ok(())
             }
             RowOp::Delete(row) => {
-                let id = row[SNAPSHOT_ID].as_int().unwrap_or(-1);
-                if self.snapshot_lives(id).await? {
-                    return Err(Error::Constraint(format!(
-                        "snapshot changes of {:?} can only be deleted together with their snapshot",
-                        row[SNAPSHOT_ID]
-                    )));
-                }
-                Ok(())
+                let id = snapshot_id_of(row, SNAPSHOT_ID);
+                let lives = self.snapshot_lives(id).await?;
+                delete_snapshot_changes(id, lives)
             }
             RowOp::Update { .. } => Err(no_update(kind)),
         }
@@ -377,8 +427,8 @@ impl<'a> Translator<'a> {
     /// Whether snapshot `id` has a record that neither this commit nor an
     /// earlier expiry expired.
     async fn snapshot_lives(&mut self, id: i64) -> Result<bool> {
-        if self.expired.contains(&id) {
-            return Ok(false);
+        if let Some(lives) = self.snapshot_lives_in_memory(id) {
+            return Ok(lives);
         }
         if !self.writes.exists(&catalog::snapshot_key(id)).await? {
             return Ok(false);
@@ -387,6 +437,18 @@ impl<'a> Translator<'a> {
             self.expiring = Some(expiring::read_in(self.txn).await?);
         }
         Ok(!self.expiring.as_ref().is_some_and(|e| e.contains(id)))
+    }
+
+    /// [`Translator::snapshot_lives`] when memory answers it: the snapshot
+    /// was expired, or its key is known and the earlier expiries are read.
+    fn snapshot_lives_in_memory(&self, id: i64) -> Option<bool> {
+        if self.expired.contains(&id) {
+            return Some(false);
+        }
+        match self.writes.exists_in_memory(&catalog::snapshot_key(id))? {
+            false => Some(false),
+            true => Some(!self.expiring.as_ref()?.contains(id)),
+        }
     }
 
     /// Versioned entities: [`catalog::location`] puts a live version under

@@ -108,6 +108,15 @@ fn push_escaped(out: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
     out.extend_from_slice(&[0, 1]);
 }
 
+/// The integer a key ends with, when its bytes after `skip` are exactly one
+/// integer cell.
+pub fn sole_int(key: &[u8], skip: usize) -> Option<i64> {
+    match key.get(skip..)? {
+        [1, raw @ ..] => Some((u64::from_be_bytes(raw.try_into().ok()?) ^ (1 << 63)) as i64),
+        _ => None,
+    }
+}
+
 /// Decodes the cells after a key's prefix of `skip` bytes.
 pub fn decode_cells(key: &[u8], skip: usize) -> Result<Vec<Cell>> {
     let bad = || Error::corruption(format!("malformed key {key:02x?}"));
@@ -212,6 +221,17 @@ mod tests {
         #[test]
         fn garbage_keys_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
             let _ = decode_cells(&bytes, 0);
+            let _ = sole_int(&bytes, 1);
+        }
+
+        #[test]
+        fn sole_int_reads_exactly_one_integer_cell(cells in proptest::collection::vec(cell(), 0..3)) {
+            let k = key(Subspace::Snapshot, None, &cells);
+            let expected = match cells.as_slice() {
+                [Cell::Int(id)] => Some(*id),
+                _ => None,
+            };
+            prop_assert_eq!(sole_int(&k, 1), expected);
         }
     }
 
