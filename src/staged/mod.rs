@@ -137,15 +137,12 @@ pub struct AttachShared {
 
 /// How long an attach's transactions must leave the store alone before a
 /// purge starts: DuckLake follows an expiry with more statements (a cleanup
-/// reloads its catalog), and a purge beside them took their CPU. The
-/// expiry's own statement goes on for tens of milliseconds after its commit
-/// (DuckLake hands back a row per expired snapshot), so a shorter quiet
-/// ended there, and the purge ran beside the cleanup that followed.
-const PURGE_QUIET: std::time::Duration = std::time::Duration::from_millis(500);
+/// reloads its catalog), and a purge beside them took their CPU.
+const PURGE_QUIET: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The longest a purge waits for quiet: a busy attach still gets its
 /// bytes back.
-const PURGE_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+const PURGE_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl AttachShared {
     /// Starts the purge of the snapshots an expiry just committed away, on
