@@ -251,11 +251,15 @@ impl LeaseClaim<'_> {
     /// holder of any kind when this writer wants exclusivity, refuses at
     /// once.
     pub async fn try_take(&self) -> Result<Take> {
-        loop {
+        for _ in 0..LEASE_READ_ATTEMPTS {
             if let Some(outcome) = self.attempt().await? {
                 return Ok(outcome);
             }
         }
+        Err(Error::Conflict(format!(
+            "the writer lease of {} kept changing while this writer read it",
+            self.uri
+        )))
     }
 
     /// `None` when the lease changed under this attempt and was released
@@ -275,10 +279,11 @@ impl LeaseClaim<'_> {
             e_tag: found.meta.e_tag.clone(),
             version: found.meta.version.clone(),
         };
-        let text = found
-            .bytes()
-            .await
-            .map_err(|e| Error::store("reading the writer lease", e))?;
+        // Another writer may replace the lease while this one reads it (a
+        // short read on the local filesystem): the attempt starts over.
+        let Ok(text) = found.bytes().await else {
+            return Ok(None);
+        };
         let text = String::from_utf8_lossy(&text).to_string();
         let record = LeaseRecord::parse(&text);
         let mine = record.as_ref().is_some_and(|r| r.is_held_by(me));
@@ -386,6 +391,10 @@ async fn claim_takeover(store: &Arc<dyn ObjectStore>, marker: &Path, lease: &str
     }
 }
 
+/// How many times a writer reads the lease again when it changed under the
+/// read before it gives up with a `conflict` (which DuckLake retries).
+const LEASE_READ_ATTEMPTS: usize = 16;
+
 /// The lease as stored now, if any.
 pub async fn read(store: &Arc<dyn ObjectStore>, root: &Path) -> Result<Option<LeaseRecord>> {
     Ok(read_text(store, root)
@@ -394,16 +403,19 @@ pub async fn read(store: &Arc<dyn ObjectStore>, root: &Path) -> Result<Option<Le
 }
 
 async fn read_text(store: &Arc<dyn ObjectStore>, root: &Path) -> Result<Option<String>> {
-    match store.get(&lease_path(root)).await {
-        Ok(found) => {
-            let text = found
-                .bytes()
-                .await
-                .map_err(|e| Error::store("reading the writer lease", e))?;
-            Ok(Some(String::from_utf8_lossy(&text).to_string()))
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match store.get(&lease_path(root)).await {
+            Ok(found) => match found.bytes().await {
+                Ok(text) => return Ok(Some(String::from_utf8_lossy(&text).to_string())),
+                // Replaced by another writer while being read: read again.
+                Err(_) if attempt < LEASE_READ_ATTEMPTS => continue,
+                Err(e) => return Err(Error::store("reading the writer lease", e)),
+            },
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(Error::store("reading the writer lease", e)),
         }
-        Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(Error::store("reading the writer lease", e)),
     }
 }
 
