@@ -253,8 +253,7 @@ impl StagedOps {
             }
         }
         if self.ops.len() > before {
-            self.last_on.insert(table, self.ops.len());
-            self.last_hiding.insert(table, self.ops.len());
+            self.note_last(table, true);
         }
     }
 
@@ -270,6 +269,12 @@ impl StagedOps {
         self.deleted_at.insert(table, None);
         let hides = overlay::can_hide_children(&op);
         self.ops.push(op);
+        self.note_last(table, hides);
+    }
+
+    /// Records that the operation just staged was `table`'s last, and its
+    /// last that can hide children when it `hides`.
+    fn note_last(&mut self, table: TableRef, hides: bool) {
         self.last_on.insert(table, self.ops.len());
         if hides {
             self.last_hiding.insert(table, self.ops.len());
@@ -648,8 +653,9 @@ impl StagedTransaction {
         })
     }
 
-    /// The run that emitted `rowid`, and the row's place in it.
-    fn run_of(&self, rowid: i64) -> Result<(&Run, usize)> {
+    /// The row a scan of this transaction emitted as `rowid`, the rows of
+    /// that scan, and the row's place among them.
+    fn resolve_in_run(&self, rowid: i64) -> Result<(Row, &Arc<Rows>, usize)> {
         let run = self
             .runs
             .iter()
@@ -660,14 +666,16 @@ impl StagedTransaction {
                     "rowid {rowid} was not emitted by a scan in this transaction"
                 ))
             })?;
-        Ok((run, (rowid - run.base) as usize))
+        let at = (rowid - run.base) as usize;
+        let row = run
+            .rows
+            .row(at)
+            .ok_or_else(|| Error::Internal(format!("rowid {rowid} is outside its run")))?;
+        Ok((row, &run.rows, at))
     }
 
     fn resolve(&self, rowid: i64) -> Result<Row> {
-        let (run, at) = self.run_of(rowid)?;
-        run.rows
-            .row(at)
-            .ok_or_else(|| Error::Internal(format!("rowid {rowid} is outside its run")))
+        self.resolve_in_run(rowid).map(|(row, _, _)| row)
     }
 
     fn writable(&self) -> Result<()> {
@@ -692,13 +700,9 @@ impl StagedTransaction {
         let mut rows = Vec::with_capacity(rowids.len());
         let mut positions = Vec::with_capacity(rowids.len());
         for &rowid in rowids {
-            let (run, at) = self.run_of(rowid)?;
-            rows.push(
-                run.rows
-                    .row(at)
-                    .ok_or_else(|| Error::Internal(format!("rowid {rowid} is outside its run")))?,
-            );
-            positions.push(Arc::ptr_eq(&run.rows, &committed).then_some(at));
+            let (row, run, at) = self.resolve_in_run(rowid)?;
+            positions.push(Arc::ptr_eq(run, &committed).then_some(at));
+            rows.push(row);
         }
         self.shared
             .claims
