@@ -252,6 +252,45 @@ async fn an_idle_writer_gives_bytes_back_without_reclaim() {
     );
 }
 
+/// Work that will write soon holds the idle upkeep off (a purge waiting for
+/// its attach to go quiet): while held, an idle writer does not tidy; once
+/// the hold drops, it tidies as it would have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_upkeep_waits_for_the_hold_then_tidies() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = [
+        ("gc_min_age_seconds", "1"),
+        ("gc_interval_seconds", "1"),
+        ("compactor_poll_ms", "200"),
+        ("compaction_checkpoint_seconds", "1"),
+    ];
+    // Taken with the last commit, as a purge takes it at its expiry's
+    // commit; four idle periods then pass with it held.
+    let store = dropped_inline_data(dir.path(), &options).await;
+    let hold = store.hold_upkeep();
+    let busy = reclaim::physical_usage(&store).await.unwrap().bytes();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let held = reclaim::physical_usage(&store).await.unwrap().bytes();
+    assert!(
+        held >= busy / 2,
+        "the upkeep tidied while held: {busy} -> {held} bytes"
+    );
+    drop(hold);
+    let started = std::time::Instant::now();
+    let mut idle = held;
+    while started.elapsed() < Duration::from_secs(30) && idle * 20 >= busy {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        idle = reclaim::physical_usage(&store).await.unwrap().bytes();
+    }
+    println!(
+        "held upkeep: {busy} bytes busy, {held} after 4 s held, {idle} after the hold dropped"
+    );
+    assert!(
+        idle * 20 < busy,
+        "after the hold dropped the writer kept {idle} of {busy} bytes"
+    );
+}
+
 /// Ends the live version of column `column_id` at `snapshot` and adds its
 /// next version: what an ALTER of a live table leaves behind.
 async fn alter_column(store: &Arc<Store>, snapshot: i64, column_id: i64, name: &str) {

@@ -137,8 +137,13 @@ pub struct AttachShared {
 
 /// How long an attach's transactions must leave the store alone before a
 /// purge starts: DuckLake follows an expiry with more statements (a cleanup
-/// reloads its catalog), and a purge beside them took their CPU.
-const PURGE_QUIET: std::time::Duration = std::time::Duration::from_millis(100);
+/// reloads its catalog), and a purge beside them took their CPU. 100 ms was
+/// too short: the expiry statement itself goes on for 50-100 ms after its
+/// commit while DuckLake returns a row per expired snapshot, so the purge
+/// still met the cleanup. The idle upkeep waits for the purge (an
+/// [`UpkeepHold`](crate::store::upkeep::UpkeepHold)), so a longer quiet
+/// does not split an idle writer's tidying in two.
+const PURGE_QUIET: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The longest a purge waits for quiet: a busy attach still gets its
 /// bytes back.
@@ -151,9 +156,12 @@ impl AttachShared {
     /// leaves its entries for the next one.
     pub fn purge_soon(self: &Arc<Self>, store: Arc<Store>) {
         let attach = self.clone();
+        // The idle upkeep tidies after the purge, not just before it.
+        let hold = store.hold_upkeep();
         let task = tokio::spawn(async move {
             attach.wait_for_quiet().await;
             let _ = expiring::purge(&store).await;
+            drop(hold);
         });
         if let Ok(mut pending) = self.purge.lock() {
             // One still running goes on unwatched; the purges take turns.

@@ -95,6 +95,7 @@ pub struct Store {
     /// Commits through this handle since the memtable last went to an L0
     /// SST, for commits without a batch number.
     unflushed_commits: AtomicU64,
+    upkeep_holds: upkeep::UpkeepHolds,
 }
 
 pub type KeyValues = Vec<(Bytes, Bytes)>;
@@ -145,6 +146,7 @@ impl Store {
         let object_store =
             remembered::Remembered::wrap(object_store, root.clone(), requests.clone());
         let existing = check_location(uri, &object_store, &root).await?;
+        let upkeep_holds = upkeep::UpkeepHolds::default();
         let handle = if settings.read_only {
             if !existing {
                 return Err(Error::NotFound(format!(
@@ -164,12 +166,22 @@ impl Store {
                 let (root, object_store) = (root.clone(), object_store.clone());
                 let (uri, settings) = (uri.clone(), settings.clone());
                 let last_collection = Arc::new(upkeep::LastCollection::default());
+                let upkeep_holds = upkeep_holds.clone();
                 Box::new(move || {
                     let (root, object_store) = (root.clone(), object_store.clone());
                     let (uri, settings) = (uri.clone(), settings.clone());
                     let last_collection = last_collection.clone();
+                    let upkeep_holds = upkeep_holds.clone();
                     Box::pin(async move {
-                        open_writer(root, object_store, &uri, &settings, last_collection).await
+                        open_writer(
+                            root,
+                            object_store,
+                            &uri,
+                            &settings,
+                            last_collection,
+                            &upkeep_holds,
+                        )
+                        .await
                     })
                 })
             };
@@ -194,6 +206,7 @@ impl Store {
             commits: CommitCounters::default(),
             requests,
             unflushed_commits: AtomicU64::new(0),
+            upkeep_holds,
         })
     }
 
@@ -206,6 +219,12 @@ impl Store {
         }
         let object_store = uri.object_store(&settings.s3)?;
         check_location(uri, &object_store, &uri.root_path()).await
+    }
+
+    /// Holds the idle upkeep off until the returned hold drops: for work
+    /// that will write to the store soon.
+    pub fn hold_upkeep(&self) -> upkeep::UpkeepHold {
+        self.upkeep_holds.hold()
     }
 
     pub fn commits(&self) -> &CommitCounters {
@@ -450,6 +469,7 @@ async fn open_writer(
     uri: &StoreUri,
     settings: &StoreSettings,
     last_collection: Arc<upkeep::LastCollection>,
+    upkeep_holds: &upkeep::UpkeepHolds,
 ) -> Result<turn::OpenedWriter> {
     let writes = writes::Writes::for_store(uri);
     let db = open_db(root.clone(), object_store.clone(), uri, settings, writes).await?;
@@ -473,6 +493,7 @@ async fn open_writer(
             root.clone(),
             object_store.clone(),
             after,
+            upkeep_holds.clone(),
         )
     });
     Ok(turn::OpenedWriter {

@@ -518,7 +518,7 @@ impl WriterTurn {
         let db = &held.writer.db;
         let flush = async {
             if super::upkeep::wal_objects_to_replay(db) > WAL_OBJECTS_LEFT_TO_REPLAY {
-                super::upkeep::nudge(db).await
+                super::upkeep::nudge(db).await.map(|_| ())
             } else {
                 super::upkeep::flush_to_l0(db).await
             }

@@ -311,15 +311,19 @@ pub fn wal_objects_to_replay(db: &Db) -> u64 {
 /// in the manifest, so a compaction can drop versions kept for reads that
 /// have ended; and garbage collection keeps every compaction output newer than
 /// the last compacted L0, so the outputs of earlier merges go only after it.
-pub async fn nudge(db: &Db) -> Result<()> {
+/// Returns the marker's sequence number: the flushed L0 holds every write up
+/// to it, and a later one (a purge that landed during the flush) may not be.
+pub async fn nudge(db: &Db) -> Result<u64> {
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis())
         .unwrap_or_default();
-    db.put(keys::SYS_RECLAIM, stamp.to_string().as_bytes())
+    let marker = db
+        .put(keys::SYS_RECLAIM, stamp.to_string().as_bytes())
         .await
         .map_err(|e| slate("writing the upkeep marker", e))?;
-    flush_to_l0(db).await
+    flush_to_l0(db).await?;
+    Ok(marker.seqnum())
 }
 
 /// Submits every L0 and sorted run into the oldest run and waits (until
@@ -504,15 +508,15 @@ pub async fn tidy(
     started: Instant,
     deadline: Duration,
     mut progress: impl FnMut(u32),
-) -> Result<()> {
+) -> Result<u64> {
     flush_to_l0(db).await?;
     progress(1);
     compact_fully(db, admin, started, deadline).await?;
     progress(2);
-    nudge(db).await?;
+    let covered = nudge(db).await?;
     compact_fully(db, admin, started, deadline).await?;
     progress(3);
-    Ok(())
+    Ok(covered)
 }
 
 /// How long a closing writer waits for its final merge.
@@ -681,17 +685,46 @@ pub fn admin(root: &Path, object_store: &Arc<dyn ObjectStore>) -> Admin {
     Admin::builder(root.clone(), object_store.clone()).build()
 }
 
+/// Writes a store expects soon, after which the idle upkeep should tidy,
+/// rather than before them: a purge waiting for its attach to go quiet
+/// (design 0015) would otherwise land just after a tidy, and its tombstones
+/// would wait for another idle period. Shared by every writer a store opens.
+#[derive(Clone, Default)]
+pub struct UpkeepHolds(Arc<AtomicU64>);
+
+/// Keeps the idle upkeep from starting a tidy until it drops.
+pub struct UpkeepHold(Arc<AtomicU64>);
+
+impl UpkeepHolds {
+    pub fn hold(&self) -> UpkeepHold {
+        self.0.fetch_add(1, Ordering::AcqRel);
+        UpkeepHold(self.0.clone())
+    }
+
+    fn any(&self) -> bool {
+        self.0.load(Ordering::Acquire) > 0
+    }
+}
+
+impl Drop for UpkeepHold {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// The idle upkeep of one writer: every quarter idle period (at most every
 /// five seconds) it looks at the writer's durable sequence number; once that
-/// has not moved for `idle_after` and the store changed since the last
-/// upkeep (or the tree is more than one run, as after a restart), it tidies
-/// the store with the urgent compactor.
+/// has not moved for `idle_after`, nothing holds the upkeep off, and the
+/// store changed since the last tidy covered it (or the tree is more than
+/// one run, as after a restart), it tidies the store with the urgent
+/// compactor.
 pub fn spawn_idle_upkeep(
     db: Db,
     compaction: Arc<Compaction>,
     root: Path,
     object_store: Arc<dyn ObjectStore>,
     idle_after: Duration,
+    holds: UpkeepHolds,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let tick = (idle_after / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
@@ -706,7 +739,7 @@ pub fn spawn_idle_upkeep(
             }
             compaction.revive().await;
             let now = db.status().durable_seq;
-            if now != seen {
+            if now != seen || holds.any() {
                 seen = now;
                 quiet_since = Instant::now();
                 continue;
@@ -724,11 +757,13 @@ pub fn spawn_idle_upkeep(
             )
             .await;
             let _ = urgent.end().await;
-            // The upkeep's own marker moved the sequence number. After a
-            // failure, wait a whole idle period before trying again.
+            // The upkeep's own marker moved the sequence number; a write
+            // after the tidy's last flush moved it further and is tidied
+            // after another idle period. After a failure, wait a whole idle
+            // period before trying again.
             seen = db.status().durable_seq;
             quiet_since = Instant::now();
-            tidied = outcome.is_ok().then_some(seen);
+            tidied = outcome.ok();
         }
     })
 }
