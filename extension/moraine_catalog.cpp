@@ -156,14 +156,16 @@ PhysicalOperator &MoraineCatalog::PlanUpdate(ClientContext &context, PhysicalPla
 }
 
 LogicalType MoraineCatalog::ColumnType(const string &type_string, ClientContext &context) {
-	auto built_in = TransformStringToLogicalTypeId(type_string) != LogicalTypeId::UNBOUND;
-	if (built_in) {
+	// Only built-in types are kept, so a kept one needs no check; the check
+	// searches DuckDB's type names and ran for every column of every entry.
+	{
 		lock_guard<mutex> guard(column_types_lock);
 		auto known = column_types.find(type_string);
 		if (known != column_types.end()) {
 			return known->second;
 		}
 	}
+	auto built_in = TransformStringToLogicalTypeId(type_string) != LogicalTypeId::UNBOUND;
 	auto type = TransformStringToLogicalType(type_string, context);
 	if (built_in) {
 		lock_guard<mutex> guard(column_types_lock);
