@@ -179,7 +179,7 @@ impl Store {
                             &uri,
                             &settings,
                             last_collection,
-                            &upkeep_holds,
+                            upkeep_holds,
                         )
                         .await
                     })
@@ -469,7 +469,7 @@ async fn open_writer(
     uri: &StoreUri,
     settings: &StoreSettings,
     last_collection: Arc<upkeep::LastCollection>,
-    upkeep_holds: &upkeep::UpkeepHolds,
+    upkeep_holds: upkeep::UpkeepHolds,
 ) -> Result<turn::OpenedWriter> {
     let writes = writes::Writes::for_store(uri);
     let db = open_db(root.clone(), object_store.clone(), uri, settings, writes).await?;
@@ -493,7 +493,7 @@ async fn open_writer(
             root.clone(),
             object_store.clone(),
             after,
-            upkeep_holds.clone(),
+            upkeep_holds,
         )
     });
     Ok(turn::OpenedWriter {
