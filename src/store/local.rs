@@ -803,15 +803,33 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_folder_written_once_deletes_as_local_file_system_does() {
+    async fn a_lease_rewritten_under_one_name_is_never_recycled_under_its_reader() {
         let (dir, direct, _fs) = both();
-        let lease = Path::from("lease/holder");
-        direct.put(&lease, PutPayload::from("me")).await.unwrap();
-        let gone: Vec<_> = direct
-            .delete_stream(futures_util::stream::once(async move { Ok(lease) }).boxed())
-            .collect()
-            .await;
-        assert!(gone.iter().all(|r| r.is_ok()), "{gone:?}");
-        assert!(files_in(&dir.path().join("lease")).is_empty());
+        let lease = Path::from("catalog/writer.lease");
+        let path = dir.path().join("catalog/writer.lease");
+        for turn in 0..6 {
+            let holder = format!("holder {turn}");
+            let create = PutOptions::from(PutMode::Create);
+            direct
+                .put_opts(&lease, PutPayload::from(holder.clone()), create)
+                .await
+                .unwrap();
+            // Another writer opened the lease just before this one let go.
+            let mut reader = File::open(&path).unwrap();
+            let gone: Vec<_> = direct
+                .delete_stream(futures_util::stream::iter([Ok(lease.clone())]).boxed())
+                .collect()
+                .await;
+            assert!(gone.iter().all(|r| r.is_ok()), "{gone:?}");
+            direct
+                .put(&lease, PutPayload::from(format!("next of {turn}")))
+                .await
+                .unwrap();
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut reader, &mut text).unwrap();
+            assert_eq!(text, holder, "turn {turn}");
+            direct.delete(&lease).await.unwrap();
+        }
+        assert!(files_in(&dir.path().join("catalog")).is_empty());
     }
 }

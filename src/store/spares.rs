@@ -11,7 +11,8 @@
 //! 1.5 ms instead of 15 µs (profiled: `recently_deleted` under
 //! `ext4_create`).
 //!
-//! So a delete in a folder that is written to again and again renames the
+//! So a delete in one of SlateDB's folders that is written to again and
+//! again renames the
 //! file into the folder's pool as `spare#<n>`, which listings skip as they
 //! skip a staged write, and truncates it: the bytes go back to the file
 //! system at once and only the inode is kept. A write there takes a spare
@@ -41,9 +42,26 @@ pub const MOST_SPARES_PER_FOLDER: usize = 16_384;
 pub const SPARES_AHEAD: usize = 4;
 
 /// A folder keeps spares, recycled or made ahead, once this many writes
-/// have published in it: the store's root and the lease folder are written
-/// to once, the WAL at every commit.
+/// have published in it: the WAL is written at every commit, a folder of
+/// SST or manifest objects that took one write may never take another.
 const WRITES_BEFORE_RECYCLING: u32 = 2;
+
+/// The folders SlateDB writes its objects to. Each object there is written
+/// once under a name never used again, and deleted only by the collector
+/// after its minimum age, when nothing reads it: only there can a deleted
+/// file's inode become another object's without a reader seeing it.
+/// moraine's writer lease and turn objects are rewritten under fixed names
+/// and read while another writer replaces or deletes them, so a reader
+/// that opened one before a recycle would read it short, or as the next
+/// lease (fresh-clone CI failed two many-writer tests so).
+const WRITE_ONCE_FOLDERS: [&str; 4] = ["wal", "compacted", "manifest", "compactions"];
+
+fn holds_write_once_objects(folder: &Path) -> bool {
+    folder
+        .file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| WRITE_ONCE_FOLDERS.contains(&name))
+}
 
 #[derive(Default)]
 struct Folder {
@@ -100,6 +118,9 @@ impl Spares {
     /// publish: a create holds the folder's lock, which the write's rename or
     /// link would wait for.
     pub fn published(self: &Arc<Self>, folder: &Path) {
+        if !holds_write_once_objects(folder) {
+            return;
+        }
         let start = {
             let Ok(mut folders) = self.folders.lock() else {
                 return;
@@ -229,16 +250,18 @@ mod tests {
     #[test]
     fn a_delete_after_close_keeps_no_spare() {
         let dir = tempfile::tempdir().unwrap();
+        let wal = dir.path().join("wal");
+        std::fs::create_dir(&wal).unwrap();
         let spares = Arc::new(Spares::new());
-        let object = dir.path().join("00000000000000000001.sst");
+        let object = wal.join("00000000000000000001.sst");
         std::fs::write(&object, "commit").unwrap();
         // Outside a runtime the files made ahead are made on this thread.
-        spares.published(dir.path());
-        spares.published(dir.path());
-        assert_eq!(spares.ready(dir.path()), SPARES_AHEAD);
+        spares.published(&wal);
+        spares.published(&wal);
+        assert_eq!(spares.ready(&wal), SPARES_AHEAD);
         spares.close();
         assert!(matches!(spares.delete(&object), Ok(Deleted::Recycled)));
-        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        let left: Vec<_> = std::fs::read_dir(&wal).unwrap().collect();
         assert!(left.is_empty(), "{left:?}");
     }
 }
