@@ -503,3 +503,39 @@ async fn the_image_is_carried_across_a_commit_for_the_tables_it_did_not_change()
         records_of(&store, fixed(Kind::SnapshotChanges)).await
     );
 }
+
+#[tokio::test]
+async fn an_attach_reads_the_head_once_per_committed_state() {
+    let store = memory_store("head-once").await;
+    bootstrap(&store).await;
+    commit_next(&store, 1).await;
+    let lake = Attach::of(&store);
+    let head = lake.tx().premise().await.unwrap();
+    assert_eq!(head.map(|h| h.snapshot_id), Some(1));
+    let before = store.keys_read();
+    for _ in 0..3 {
+        assert_eq!(lake.tx().premise().await.unwrap(), head);
+    }
+    assert_eq!(store.keys_read() - before, 0, "the head was read again");
+    // Another attach's commit moves the store on: the next transaction sees it.
+    commit_next(&store, 2).await;
+    let moved = lake.tx().premise().await.unwrap();
+    assert_eq!(moved.map(|h| h.snapshot_id), Some(2));
+    assert!(moved.unwrap().batch_count > head.unwrap().batch_count);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_writers_taking_turns_each_see_the_others_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let (one, two) = (local_store(dir.path()).await, local_store(dir.path()).await);
+    bootstrap(&one).await;
+    let lakes = [Attach::of(&one), Attach::of(&two)];
+    for next in 1..=6 {
+        let lake = &lakes[next as usize % 2];
+        let mut tx = lake.tx();
+        let head = tx.premise().await.unwrap().unwrap().snapshot_id;
+        assert_eq!(head, next - 1, "writer {} saw a stale head", next % 2);
+        stage_snapshot(&mut tx, snapshot_row(next, 1, 1, 0), "created_table:x").await;
+        tx.commit().await.unwrap();
+    }
+}

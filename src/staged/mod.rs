@@ -23,7 +23,7 @@ use crate::catalog::{self, ColumnDesc, Head, Kind, Row, Rows, TableRef};
 use crate::error::{Error, Result};
 use crate::inline;
 use crate::store::value::CellRef;
-use crate::store::{ReadView, Store};
+use crate::store::{ReadView, Store, ViewStamp};
 use claims::{Change, RowClaims};
 pub use shared::{InlineTables, SharedRows};
 use std::collections::HashMap;
@@ -133,6 +133,9 @@ pub struct AttachShared {
     activity: AtomicU64,
     /// Tells a waiting purge to start now: the attach is closing.
     purge_now: tokio::sync::Notify,
+    /// The head the last pinned view showed, and that view's stamp: most
+    /// transactions pin the state the one before them did.
+    head_seen: std::sync::Mutex<Option<(ViewStamp, Option<Head>)>>,
 }
 
 /// How long an attach's transactions must leave the store alone before a
@@ -150,6 +153,24 @@ const PURGE_QUIET: std::time::Duration = std::time::Duration::from_millis(500);
 const PURGE_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl AttachShared {
+    /// The head `view` shows, read from the store (two keys) only when the
+    /// view shows another committed state than the last one asked about.
+    pub async fn head_at(&self, store: &Store, view: &ReadView) -> Result<Option<Head>> {
+        let stamp = view.stamp();
+        let seen = |stamp| {
+            let seen = self.head_seen.lock().ok()?;
+            seen.filter(|(s, _)| *s == stamp).map(|(_, head)| head)
+        };
+        if let Some(head) = stamp.and_then(seen) {
+            return Ok(head);
+        }
+        let head = catalog::read_head(store, view).await?;
+        if let (Some(stamp), Ok(mut seen)) = (stamp, self.head_seen.lock()) {
+            *seen = Some((stamp, head));
+        }
+        Ok(head)
+    }
+
     /// Starts the purge of the snapshots an expiry just committed away, on
     /// the runtime, once the attach's transactions leave the store alone for
     /// [`PURGE_QUIET`] (or after [`PURGE_WAIT_LIMIT`]). A purge that fails
@@ -360,7 +381,7 @@ impl StagedTransaction {
         self.shared.activity.fetch_add(1, Ordering::Relaxed);
         if self.pinned.is_none() {
             let view = self.store.snapshot().await?;
-            let head = catalog::read_head(&self.store, &view).await?;
+            let head = self.shared.head_at(&self.store, &view).await?;
             let inline = match self.shared.rows.inline_tables(head) {
                 Some(kept) => kept,
                 None => {

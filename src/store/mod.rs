@@ -593,6 +593,29 @@ pub enum ReadView {
     Reader,
 }
 
+impl ReadView {
+    /// Which committed state this view shows; `None` for a reader's view,
+    /// which moves on by itself.
+    pub fn stamp(&self) -> Option<ViewStamp> {
+        match self {
+            ReadView::Snapshot { snapshot, pin } => Some(ViewStamp {
+                writer: pin.opened(),
+                seq: snapshot.seq(),
+            }),
+            ReadView::Reader => None,
+        }
+    }
+}
+
+/// Two views of one store with equal stamps show the same keys and values:
+/// one writer's snapshots at one sequence number. A writer opened again
+/// (after another process wrote) stamps its views apart from the last one's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ViewStamp {
+    writer: u64,
+    seq: u64,
+}
+
 /// A SlateDB transaction: buffered writes, reads through itself, and
 /// write-write conflict detection at commit.
 pub struct StoreTxn {

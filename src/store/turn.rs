@@ -169,6 +169,8 @@ impl TurnCounters {
 struct Holding {
     writer: OpenedWriter,
     watcher: tokio::task::JoinHandle<()>,
+    /// Which of this turn's writers it is: the first one opened is 1.
+    opened: u64,
 }
 
 pub struct WriterTurn {
@@ -206,12 +208,19 @@ pub struct TurnPin {
     db: Db,
     writes: Writes,
     compaction: Arc<Compaction>,
+    opened: u64,
     turn: Arc<WriterTurn>,
 }
 
 impl TurnPin {
     pub fn db(&self) -> &Db {
         &self.db
+    }
+
+    /// Which of this turn's writers holds it: a writer opened again after
+    /// another process wrote has a new number.
+    pub fn opened(&self) -> u64 {
+        self.opened
     }
 
     /// Where this writer's SlateDB tasks run, and so how a commit drives them.
@@ -323,6 +332,7 @@ impl WriterTurn {
             db: held.writer.db.clone(),
             writes: held.writer.writes,
             compaction: held.writer.compaction.clone(),
+            opened: held.opened,
             turn: self.clone(),
         }
     }
@@ -380,7 +390,7 @@ impl WriterTurn {
                     if asked_at.is_some() {
                         self.withdraw_ask().await;
                     }
-                    self.counters.taken.fetch_add(1, Ordering::Relaxed);
+                    let opened = self.counters.taken.fetch_add(1, Ordering::Relaxed) + 1;
                     self.counters
                         .open_ms
                         .fetch_add(opening.elapsed().as_millis() as u64, Ordering::Relaxed);
@@ -390,7 +400,11 @@ impl WriterTurn {
                     self.asked.store(false, Ordering::SeqCst);
                     self.touch();
                     let watcher = tokio::spawn(watch(Arc::downgrade(self), version));
-                    *holding = Some(Holding { writer, watcher });
+                    *holding = Some(Holding {
+                        writer,
+                        watcher,
+                        opened,
+                    });
                     return Ok(());
                 }
                 Ok(Take::Busy(record)) => record,
