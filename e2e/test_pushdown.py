@@ -66,6 +66,15 @@ FILTERED_READS = [
     "SELECT MAX(snapshot_id) FROM {m}.ducklake_snapshot WHERE snapshot_id < 0",
     "SELECT MIN(table_id), MAX(table_id), COUNT(*) FROM {m}.ducklake_table WHERE table_id = 1",
     "SELECT MAX(delete_file_id), COUNT(*) FROM {m}.ducklake_delete_file",
+    # filters the column statistics prove true, or false, of every row: DuckDB drops or empties them
+    "SELECT snapshot_id FROM {m}.ducklake_snapshot WHERE snapshot_id >= 0 ORDER BY 1",
+    "SELECT snapshot_id FROM {m}.ducklake_snapshot WHERE snapshot_id > 1000 OR snapshot_id < 0",
+    "SELECT data_file_id FROM {m}.ducklake_data_file WHERE 1000 >= begin_snapshot "
+    "AND (1000 < end_snapshot OR end_snapshot IS NULL) ORDER BY 1",
+    "SELECT table_id, table_name FROM {m}.ducklake_table WHERE end_snapshot IS NULL AND table_id >= 0 ORDER BY 1",
+    "SELECT count(*) FROM {m}.ducklake_delete_file WHERE end_snapshot IS NULL OR end_snapshot > 0",
+    "SELECT count(*), sum(begin_snapshot) FROM {m}.ducklake_data_file WHERE end_snapshot IS NOT NULL "
+    "OR begin_snapshot <= 2",
 ]
 
 
@@ -121,9 +130,9 @@ def test_scans_leave_out_the_rows_duckdbs_filters_cannot_keep(tmp):
     after = stats(con)
     held = after["scan_rows"] - before["scan_rows"]
     emitted = after["scan_rows_emitted"] - before["scan_rows_emitted"]
-    # MAX is answered from the column's statistics, with no scan; the joined scan, given its value, holds every
-    # snapshot (202) and emits one.
-    assert after["column_stats_served"] - before["column_stats_served"] == 1
+    # MAX is answered from the column's statistics, with no scan (one scan held rows, not two); the joined scan,
+    # given its value, holds every snapshot (202) and emits one. The optimizer also reads the scans' statistics.
+    assert after["column_stats_served"] - before["column_stats_served"] >= 1
     assert held == 202, (held, emitted)
     assert emitted == 1, (held, emitted)
 

@@ -253,6 +253,43 @@ static unique_ptr<NodeStatistics> MoraineScanCardinality(ClientContext &context,
 	}
 }
 
+//! The exact statistics of integer column `column` of `table` as this transaction's scan would see it, or null
+//! when the column holds something else. Exactness matters: DuckDB drops a pushed filter the statistics prove
+//! always true, and empties a scan whose filter they prove always false.
+static unique_ptr<BaseStatistics> IntColumnStatistics(ClientContext &context, MoraineTableEntry &table,
+                                                      column_t column) {
+	if (IsVirtualColumn(column) || column >= table.transfers.size() ||
+	    table.transfers[column] != MORAINE_TRANSFER_INT64) {
+		return nullptr;
+	}
+	auto &txn = MoraineTransaction::Get(context, table.catalog);
+	auto counted = txn.IntStats(table.schema.Cast<MoraineSchemaEntry>(), table.name, column);
+	if (!counted.exact) {
+		return nullptr;
+	}
+	auto stats = NumericStats::CreateEmpty(LogicalType::BIGINT);
+	if (counted.nulls > 0) {
+		stats.SetHasNull();
+	}
+	if (counted.rows > counted.nulls) {
+		stats.SetHasNoNull();
+		NumericStats::SetMin(stats, Value::BIGINT(counted.min));
+		NumericStats::SetMax(stats, Value::BIGINT(counted.max));
+	}
+	return stats.ToUnique();
+}
+
+//! DuckLake's metadata queries filter by snapshot (`5001 >= begin_snapshot AND (5001 < end_snapshot OR end_snapshot
+//! IS NULL)`). DuckDB's own tables skip such a filter when their zone maps prove it keeps every row; with these
+//! statistics DuckDB's optimizer removes it before the scan, instead of the scan evaluating it row by row.
+static unique_ptr<BaseStatistics> MoraineScanStatistics(ClientContext &context, const FunctionData *bind_data,
+                                                        column_t column) {
+	if (!bind_data) {
+		return nullptr;
+	}
+	return IntColumnStatistics(context, bind_data->Cast<MoraineScanBindData>().table, column);
+}
+
 //! A moraine table as one partition whose integer columns have exact statistics, read when the optimizer asks.
 struct MorainePartition : public PartitionRowGroup {
 	MorainePartition(ClientContext &context, MoraineTableEntry &table) : context(context), table(table) {
@@ -261,26 +298,10 @@ struct MorainePartition : public PartitionRowGroup {
 	MoraineTableEntry &table;
 
 	unique_ptr<BaseStatistics> GetColumnStatistics(const StorageIndex &storage_index) override {
-		auto column = storage_index.GetPrimaryIndex();
-		if (storage_index.HasChildren() || column >= table.transfers.size() ||
-		    table.transfers[column] != MORAINE_TRANSFER_INT64) {
+		if (storage_index.HasChildren()) {
 			return nullptr;
 		}
-		auto &txn = MoraineTransaction::Get(context, table.catalog);
-		auto counted = txn.IntStats(table.schema.Cast<MoraineSchemaEntry>(), table.name, column);
-		if (!counted.exact) {
-			return nullptr;
-		}
-		auto stats = NumericStats::CreateEmpty(LogicalType::BIGINT);
-		if (counted.nulls > 0) {
-			stats.SetHasNull();
-		}
-		if (counted.rows > counted.nulls) {
-			stats.SetHasNoNull();
-			NumericStats::SetMin(stats, Value::BIGINT(counted.min));
-			NumericStats::SetMax(stats, Value::BIGINT(counted.max));
-		}
-		return stats.ToUnique();
+		return IntColumnStatistics(context, table, storage_index.GetPrimaryIndex());
 	}
 
 	bool MinMaxIsExact(const BaseStatistics &stats, const StorageIndex &) override {
@@ -325,6 +346,7 @@ TableFunction MoraineScanFunction() {
 	function.get_bind_info = MoraineScanBindInfo;
 	function.cardinality = MoraineScanCardinality;
 	function.get_partition_stats = MoraineScanPartitionStats;
+	function.statistics = MoraineScanStatistics;
 	return function;
 }
 

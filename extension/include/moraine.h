@@ -102,7 +102,7 @@ int32_t moraine_txn_scan(MoraineTxn *txn, const char *name, const MoraineScanBou
                          MoraineScan **scan_out, char **err);
 // How many rows a scan of `name` would see now (before any filter), for DuckDB's planner.
 int32_t moraine_txn_row_count(MoraineTxn *txn, const char *name, uint64_t *count_out, char **err);
-// The exact statistics of integer column `column` of `name` as a scan would see it now (src/staged/pushdown.rs), for
+// The exact statistics of integer column `column` of `name` as a scan would see it now (src/catalog/rows.rs), for
 // DuckDB's optimizer: min and max hold only when rows > nulls, and nothing holds unless exact.
 typedef struct MoraineIntStats {
 	uint64_t rows;

@@ -38,7 +38,28 @@ use std::sync::OnceLock;
 pub struct Rows {
     packed: Option<Packed>,
     decoded: OnceLock<Vec<Row>>,
+    /// The integer columns' statistics asked for so far: DuckDB's optimizer
+    /// asks for every integer column of every scan, and kept rows serve many
+    /// transactions.
+    stats: ColumnStats,
 }
+
+/// What one integer column of a table holds, exactly. DuckLake asks for
+/// `MAX(snapshot_id)` in every commit; answered from these, the aggregate
+/// costs one pass in the core instead of every row of the table crossing
+/// into DuckDB, and its snapshot filters are dropped where these prove them
+/// true of every row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntStats {
+    pub rows: u64,
+    pub nulls: u64,
+    /// The least and greatest non-NULL value; `None` when every cell is NULL.
+    pub range: Option<(i64, i64)>,
+}
+
+/// Statistics by column, computed on first request; a clone starts empty.
+#[derive(Default)]
+struct ColumnStats(std::sync::Mutex<Vec<(usize, Option<IntStats>)>>);
 
 /// Rows of a fixed width read once from encoded parts: each cell's kind
 /// and value, text and bytes as a span of their part. Nine bytes a cell,
@@ -98,6 +119,43 @@ impl Rows {
         }
     }
 
+    /// The statistics of `column`, or `None` when a cell there is neither an
+    /// integer nor NULL: statistics DuckDB relies on must be exact or absent.
+    pub fn int_stats(&self, column: usize) -> Option<IntStats> {
+        if let Ok(known) = self.stats.0.lock() {
+            if let Some((_, stats)) = known.iter().find(|(c, _)| *c == column) {
+                return *stats;
+            }
+        }
+        let stats = self.count_column(column);
+        if let Ok(mut known) = self.stats.0.lock() {
+            known.push((column, stats));
+        }
+        stats
+    }
+
+    fn count_column(&self, column: usize) -> Option<IntStats> {
+        let mut stats = IntStats {
+            rows: self.len() as u64,
+            nulls: 0,
+            range: None,
+        };
+        for row in 0..self.len() {
+            match self.cell(row, column) {
+                CellRef::Null => stats.nulls += 1,
+                CellRef::Int(v) => {
+                    stats.range = Some(
+                        stats
+                            .range
+                            .map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))),
+                    )
+                }
+                _ => return None,
+            }
+        }
+        Some(stats)
+    }
+
     /// Row `row`, decoded on its own.
     pub fn row(&self, row: usize) -> Option<Row> {
         match (self.decoded.get(), &self.packed) {
@@ -116,6 +174,7 @@ impl Rows {
         let result = f(&mut rows);
         self.packed = None;
         self.decoded = OnceLock::from(rows);
+        self.stats = ColumnStats::default();
         result
     }
 
@@ -133,6 +192,7 @@ impl Rows {
         Rows {
             packed: Some(packed),
             decoded: OnceLock::new(),
+            stats: ColumnStats::default(),
         }
     }
 
@@ -151,6 +211,7 @@ impl Rows {
         if added.is_empty() {
             return;
         }
+        self.stats = ColumnStats::default();
         if let (None, Some(packed)) = (self.decoded.get(), self.packed.as_mut()) {
             // Rows of another width are decoded with the rest instead.
             if packed.append(&added) {
@@ -215,6 +276,7 @@ impl Rows {
         Rows {
             packed: Some(kept),
             decoded: OnceLock::new(),
+            stats: ColumnStats::default(),
         }
     }
 
@@ -422,6 +484,7 @@ impl Clone for Rows {
             None => Rows {
                 packed: self.packed.clone(),
                 decoded: OnceLock::new(),
+                stats: ColumnStats::default(),
             },
         }
     }
@@ -432,6 +495,7 @@ impl From<Vec<Row>> for Rows {
         Rows {
             packed: None,
             decoded: OnceLock::from(rows),
+            stats: ColumnStats::default(),
         }
     }
 }
@@ -484,6 +548,7 @@ impl PackedBuilder {
         Rows {
             packed: Some(self.packed),
             decoded: OnceLock::new(),
+            stats: ColumnStats::default(),
         }
     }
 }

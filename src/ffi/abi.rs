@@ -8,7 +8,7 @@
 use super::bridge::block_on;
 use crate::catalog::{self, Cell, Row, Rows, TableRef};
 use crate::error::{panic_text, Error, Result};
-use crate::staged::pushdown::{self, IntBound};
+use crate::staged::pushdown::IntBound;
 use crate::staged::{AttachShared, Scan, StagedTransaction, TableInfo};
 use crate::store::value::CellRef;
 use crate::store::{Store, StoreSettings, StoreUri};
@@ -74,7 +74,7 @@ pub struct MoraineScan {
 /// A bound a scan may leave rows out by (`staged::pushdown`): the cell in
 /// `column` must be an integer in `low..=high`.
 /// What one integer column holds, for DuckDB's optimizer
-/// ([`pushdown::IntStats`]); `min` and `max` are meaningful only when
+/// ([`crate::catalog::rows::IntStats`]); `min` and `max` are meaningful only when
 /// `rows > nulls`.
 #[repr(C)]
 pub struct MoraineIntStats {
@@ -87,8 +87,8 @@ pub struct MoraineIntStats {
     pub exact: bool,
 }
 
-impl From<Option<pushdown::IntStats>> for MoraineIntStats {
-    fn from(stats: Option<pushdown::IntStats>) -> Self {
+impl From<Option<crate::catalog::rows::IntStats>> for MoraineIntStats {
+    fn from(stats: Option<crate::catalog::rows::IntStats>) -> Self {
         let (min, max) = stats.and_then(|s| s.range).unwrap_or((0, 0));
         MoraineIntStats {
             rows: stats.map_or(0, |s| s.rows),
@@ -136,7 +136,7 @@ static SCAN_ROWS: AtomicU64 = AtomicU64::new(0);
 static SCAN_ROWS_EMITTED: AtomicU64 = AtomicU64::new(0);
 
 /// Integer columns whose exact statistics this process gave DuckDB's
-/// optimizer ([`pushdown::IntStats`]): each an aggregate it may answer
+/// optimizer ([`crate::catalog::rows::IntStats`]): each an aggregate it may answer
 /// without a scan.
 static COLUMN_STATS_SERVED: AtomicU64 = AtomicU64::new(0);
 
@@ -667,7 +667,7 @@ pub extern "C" fn moraine_txn_int_stats(
 ) -> i32 {
     guarded(err, || {
         let rows = visible_rows(txn, name)?;
-        let stats = pushdown::int_stats(&rows, column);
+        let stats = rows.int_stats(column);
         COLUMN_STATS_SERVED.fetch_add(u64::from(stats.is_some()), Ordering::Relaxed);
         write(stats_out, MoraineIntStats::from(stats), "column statistics")
     })

@@ -11,7 +11,6 @@
 //! scan need not hand over, never what a query sees.
 
 use crate::catalog::Rows;
-use crate::store::value::CellRef;
 
 /// Rows whose cell in `column` is not an integer in `low..=high` may be left
 /// out of the scan. NULL is outside every bound: the comparisons, IN lists
@@ -44,45 +43,10 @@ pub fn select(rows: &Rows, bounds: &[IntBound]) -> Option<Vec<u32>> {
     (selected.len() < rows.len()).then_some(selected)
 }
 
-/// What one integer column of a table holds, exactly. DuckLake asks for
-/// `MAX(snapshot_id)` in every commit; answered from these, the aggregate
-/// costs one pass in the core instead of every row of the table crossing
-/// into DuckDB, so it stays cheap however long the history.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IntStats {
-    pub rows: u64,
-    pub nulls: u64,
-    /// The least and greatest non-NULL value; `None` when every cell is NULL.
-    pub range: Option<(i64, i64)>,
-}
-
-/// The statistics of `column`, or `None` when a cell there is neither an
-/// integer nor NULL: statistics DuckDB relies on must be exact or absent.
-pub fn int_stats(rows: &Rows, column: usize) -> Option<IntStats> {
-    let mut stats = IntStats {
-        rows: rows.len() as u64,
-        nulls: 0,
-        range: None,
-    };
-    for row in 0..rows.len() {
-        match rows.cell(row, column) {
-            CellRef::Null => stats.nulls += 1,
-            CellRef::Int(v) => {
-                stats.range = Some(
-                    stats
-                        .range
-                        .map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))),
-                )
-            }
-            _ => return None,
-        }
-    }
-    Some(stats)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::rows::IntStats;
     use crate::catalog::Cell;
 
     fn rows() -> Rows {
@@ -161,7 +125,7 @@ mod tests {
 
     #[test]
     fn int_stats_count_nulls_and_span_the_integers() {
-        let stats = int_stats(&rows(), 1);
+        let stats = rows().int_stats(1);
         assert_eq!(
             stats,
             Some(IntStats {
@@ -174,9 +138,9 @@ mod tests {
 
     #[test]
     fn int_stats_of_an_all_null_or_empty_column_have_no_range() {
-        let all_null = int_stats(&rows(), 7).expect("NULL past a row's end");
+        let all_null = rows().int_stats(7).expect("NULL past a row's end");
         assert_eq!((all_null.nulls, all_null.range), (6, None));
-        let empty = int_stats(&Rows::from(Vec::<Vec<Cell>>::new()), 0);
+        let empty = Rows::from(Vec::<Vec<Cell>>::new()).int_stats(0);
         assert_eq!(
             empty,
             Some(IntStats {
@@ -188,8 +152,21 @@ mod tests {
     }
 
     #[test]
+    fn int_stats_follow_the_rows_through_appends_and_changes() {
+        let mut kept = Rows::packed(rows().to_vec());
+        assert_eq!(kept.int_stats(0).and_then(|s| s.range), Some((0, 5)));
+        kept.extend(&[vec![Cell::Int(40), Cell::Null]]);
+        let appended = kept.int_stats(0).expect("integers");
+        assert_eq!((appended.rows, appended.range), (7, Some((0, 40))));
+        assert_eq!(kept.int_stats(1).map(|s| s.nulls), Some(4));
+        kept.change(|rows| rows[0][0] = Cell::Int(-3));
+        assert_eq!(kept.int_stats(0).and_then(|s| s.range), Some((-3, 40)));
+        assert_eq!(kept.clone().int_stats(0), kept.int_stats(0));
+    }
+
+    #[test]
     fn int_stats_refuse_a_column_that_is_not_all_integers() {
         let mixed: Rows = vec![vec![Cell::Int(1)], vec![Cell::Text("x".into())]].into();
-        assert_eq!(int_stats(&mixed, 0), None);
+        assert_eq!(mixed.int_stats(0), None);
     }
 }
