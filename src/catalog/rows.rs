@@ -61,6 +61,45 @@ pub struct IntStats {
 #[derive(Default)]
 struct ColumnStats(std::sync::Mutex<Vec<(usize, Option<IntStats>)>>);
 
+impl IntStats {
+    /// Counts one more cell: `None` once the column holds a non-integer.
+    fn count(self, cell: CellRef<'_>) -> Option<IntStats> {
+        let mut stats = IntStats {
+            rows: self.rows + 1,
+            ..self
+        };
+        match cell {
+            CellRef::Null => stats.nulls += 1,
+            CellRef::Int(v) => {
+                stats.range = Some(
+                    stats
+                        .range
+                        .map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))),
+                )
+            }
+            _ => return None,
+        }
+        Some(stats)
+    }
+}
+
+impl ColumnStats {
+    /// Counts appended rows into what is known, so a table a commit appends
+    /// to keeps its counts (every commit appends to `ducklake_snapshot`).
+    fn count_in(&mut self, added: &[&Row]) {
+        let Ok(known) = self.0.get_mut() else {
+            *self = ColumnStats::default();
+            return;
+        };
+        for (column, stats) in known.iter_mut() {
+            for row in added {
+                let cell = row.get(*column).map_or(CellRef::Null, Cell::as_cell_ref);
+                *stats = stats.and_then(|s| s.count(cell));
+            }
+        }
+    }
+}
+
 /// Rows of a fixed width read once from encoded parts: each cell's kind
 /// and value, text and bytes as a span of their part. Nine bytes a cell,
 /// where a decoded cell takes 32 and its text a heap block of its own.
@@ -135,25 +174,12 @@ impl Rows {
     }
 
     fn count_column(&self, column: usize) -> Option<IntStats> {
-        let mut stats = IntStats {
-            rows: self.len() as u64,
+        let none = IntStats {
+            rows: 0,
             nulls: 0,
             range: None,
         };
-        for row in 0..self.len() {
-            match self.cell(row, column) {
-                CellRef::Null => stats.nulls += 1,
-                CellRef::Int(v) => {
-                    stats.range = Some(
-                        stats
-                            .range
-                            .map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))),
-                    )
-                }
-                _ => return None,
-            }
-        }
-        Some(stats)
+        (0..self.len()).try_fold(none, |stats, row| stats.count(self.cell(row, column)))
     }
 
     /// Row `row`, decoded on its own.
@@ -211,7 +237,7 @@ impl Rows {
         if added.is_empty() {
             return;
         }
-        self.stats = ColumnStats::default();
+        self.stats.count_in(&added);
         if let (None, Some(packed)) = (self.decoded.get(), self.packed.as_mut()) {
             // Rows of another width are decoded with the rest instead.
             if packed.append(&added) {

@@ -155,12 +155,21 @@ mod tests {
     fn int_stats_follow_the_rows_through_appends_and_changes() {
         let mut kept = Rows::packed(rows().to_vec());
         assert_eq!(kept.int_stats(0).and_then(|s| s.range), Some((0, 5)));
-        kept.extend(&[vec![Cell::Int(40), Cell::Null]]);
+        assert_eq!(kept.int_stats(1).map(|s| s.nulls), Some(3));
+        // Appended rows are counted into what is known, as a recount would.
+        kept.extend(&[vec![Cell::Int(40), Cell::Null], vec![Cell::Int(-1)]]);
         let appended = kept.int_stats(0).expect("integers");
-        assert_eq!((appended.rows, appended.range), (7, Some((0, 40))));
-        assert_eq!(kept.int_stats(1).map(|s| s.nulls), Some(4));
+        assert_eq!((appended.rows, appended.range), (8, Some((-1, 40))));
+        assert_eq!(kept.int_stats(1).map(|s| s.nulls), Some(5));
+        for column in 0..3 {
+            assert_eq!(kept.clone().int_stats(column), kept.int_stats(column));
+        }
+        kept.extend(&[vec![Cell::Int(7), Cell::Text("seven".into())]]);
+        assert_eq!(kept.int_stats(1), None);
         kept.change(|rows| rows[0][0] = Cell::Int(-3));
         assert_eq!(kept.int_stats(0).and_then(|s| s.range), Some((-3, 40)));
+        kept.change(|rows| rows.truncate(1));
+        assert_eq!(kept.int_stats(0).and_then(|s| s.range), Some((-3, -3)));
         assert_eq!(kept.clone().int_stats(0), kept.int_stats(0));
     }
 
