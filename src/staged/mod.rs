@@ -1060,7 +1060,7 @@ pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -
     let Some((head, mut tables)) = shared.rows.kept() else {
         return Ok(false);
     };
-    if catalog::read_head(store, &view).await? != Some(head) {
+    if shared.head_at(store, &view).await? != Some(head) {
         return Ok(false);
     }
     let unread: Vec<TableRef> = always_imaged(store, shared, &view, head)

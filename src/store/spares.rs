@@ -12,11 +12,11 @@
 //! `ext4_create`).
 //!
 //! So a delete in one of SlateDB's folders that is written to again and
-//! again renames the
-//! file into the folder's pool as `spare#<n>`, which listings skip as they
-//! skip a staged write, and truncates it: the bytes go back to the file
-//! system at once and only the inode is kept. A write there takes a spare
-//! instead of creating a file, as databases recycle their log segments.
+//! again renames the file into the folder's pool as `spare#<n>`, which
+//! listings skip as they skip a staged write, and truncates it: the bytes go
+//! back to the file system at once and only the inode is kept. A write
+//! there takes a spare instead of creating a file, as databases recycle
+//! their log segments.
 //! Until the collector has deleted something (five minutes at the default
 //! minimum age), and whenever the pool runs low, a write tops its folder up
 //! to [`SPARES_AHEAD`] new files on tokio's blocking pool once it has
