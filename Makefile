@@ -35,14 +35,16 @@ e2e:
 	@$(CARGO) xtask e2e $(FILTER)
 
 SHIM := extension/*.cpp extension/*.hpp extension/include/moraine.h
+# The pinned one from duckdb/requirements.txt (`make setup`), else whatever is on PATH.
+CLANG_FORMAT ?= $(if $(wildcard .venv/bin/clang-format),.venv/bin/clang-format,clang-format)
 
 fmt:
 	$(CARGO) fmt --all
-	clang-format -i $(SHIM)
+	$(CLANG_FORMAT) -i $(SHIM)
 
 # --release for the extension feature: reuses the release DuckDB build instead of a second one.
 lint:
 	$(CARGO) fmt --all -- --check
-	clang-format --dry-run -Werror $(SHIM)
+	$(CLANG_FORMAT) --dry-run -Werror $(SHIM)
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --release -p moraine --all-targets --features extension -- -D warnings

@@ -145,11 +145,11 @@ def make_history(con, h):
 
 
 # Cold attaches timed at each point of a growth run; their median is reported.
-ATTACH_SAMPLES = 9
+ATTACH_SAMPLES = 15
 # The history at which the reference attach is timed.
 EARLY_HISTORY = 100
 # Expiries of each grown lake, each from a copy of it; their median is reported.
-EXPIRY_SAMPLES = 7
+EXPIRY_SAMPLES = 11
 
 
 def rotated(items, k):
@@ -181,7 +181,8 @@ def cold_attach_once_ms(backend, t, kind):
 def cold_attaches_ms(backends_, lakes, kind):
     """The median of ATTACH_SAMPLES cold attaches of each back-end's lake, whole and by phase. The back-ends
     take turns sample by sample, the order rotating, so a slow minute of this shared VM lands on all of them
-    alike. Returns ({name: median}, {name: {phase: median}}, {name: the error that stopped its samples})."""
+    alike. Returns ({name: median}, {name: {phase: median}}, {name: the error that stopped its samples},
+    {name: every sample's whole, in round order})."""
     samples, failed = {b.name: [] for b in backends_}, {}
     for k in range(ATTACH_SAMPLES):
         for b in rotated(backends_, k):
@@ -195,7 +196,8 @@ def cold_attaches_ms(backends_, lakes, kind):
     whole = {name: statistics.median(sum(p.values()) for p in v) for name, v in kept.items()}
     phases = {name: {phase: statistics.median(p[phase] for p in v) for phase in ATTACH_PHASES}
               for name, v in kept.items()}
-    return whole, phases, failed
+    rounds = {name: [sum(p.values()) for p in v] for name, v in kept.items()}
+    return whole, phases, failed, rounds
 
 
 def run_growth(backends_, scale, tmp_root, kind, skipped):
@@ -229,7 +231,7 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
             names = list(cons)
             for name in names:
                 cons.pop(name).close()
-            early, early_phases, failed = cold_attaches_ms([by_name[name] for name in names], lakes, kind)
+            early, early_phases, failed, _ = cold_attaches_ms([by_name[name] for name in names], lakes, kind)
             for name, e in failed.items():
                 drop(name, e)
             names = list(early)
@@ -244,7 +246,7 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
     names = list(cons)
     for name in names:
         cons.pop(name).close()
-    attach, attach_phases, failed = cold_attaches_ms([by_name[name] for name in names], lakes, kind)
+    attach, attach_phases, failed, attach_rounds = cold_attaches_ms([by_name[name] for name in names], lakes, kind)
     for name, e in failed.items():
         drop(name, e)
     for name in list(attach):
@@ -280,8 +282,20 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
                                "attach_early_phases_ms": early_phases[name],
                                "attach_phases_ms": attach_phases[name],
                                "expire_ms": statistics.median(expire[name]),
-                               "cleanup_ms": statistics.median(cleanup[name])})
+                               "cleanup_ms": statistics.median(cleanup[name]),
+                               "rounds": {"attach_ms": attach_rounds[name], "expire_ms": expire[name],
+                                          "cleanup_ms": cleanup[name]}})
             for name in attach}
+
+
+def paired_ratio(mine, peer, metric):
+    """The median over rounds of moraine's sample ÷ the peer's sample of the same round: the two ran back to
+    back, so a slow minute of the machine divides out. None where the peer has one sample per round of its
+    own (PostgreSQL's single expiry) or the metric is not sampled in rounds."""
+    a, b = mine.get("rounds", {}).get(metric), peer.get("rounds", {}).get(metric)
+    if not a or not b or len(a) != len(b):
+        return None
+    return statistics.median(x / y for x, y in zip(a, b))
 
 
 def growth_report(curves, after, scale):
@@ -304,12 +318,19 @@ def growth_report(curves, after, scale):
         print("%-18s" % "last/first" + "".join("%12.2f" % (last[b] / first[b]) for b in names))
         if "moraine" in last:
             print("%-18s" % "moraine/peer last" + "".join("%12.2f" % (last["moraine"] / last[b]) for b in names))
+            # Commit i of every back-end ran within the same few milliseconds.
+            paired = {b: statistics.median(m / p for m, p in zip(curves[kind]["moraine"][-w:], curves[kind][b][-w:]))
+                      for b in names}
+            print("%-18s" % "  paired last" + "".join("%12.2f" % paired[b] for b in names))
         for metric in ("attach_early_ms", "attach_ms", "expire_ms", "cleanup_ms"):
             vals = {b: after[kind][b][metric] for b in names}
             label = "attach h%d" % EARLY_HISTORY if metric == "attach_early_ms" else "%s h%d" % (metric[:-3], n)
             print("%-18s" % label + "".join("%12.1f" % vals[b] for b in names))
             if "moraine" in vals:
                 print("%-18s" % "  moraine/peer" + "".join("%12.2f" % (vals["moraine"] / vals[b]) for b in names))
+                paired = {b: paired_ratio(after[kind]["moraine"], after[kind][b], metric) for b in names}
+                print("%-18s" % "  paired" + "".join("%12s" % ("-" if paired[b] is None else "%.2f" % paired[b])
+                                                      for b in names))
         for metric, h in (("attach_early_phases_ms", EARLY_HISTORY), ("attach_phases_ms", n)):
             # ATTACH / USE / first query, in whole ms to fit a column.
             print("%-18s" % ("  a/u/q h%d" % h) + "".join(

@@ -112,10 +112,12 @@ def parse_json_stream(text):
         out.append(value)
 
 
-def run_cli(sql, database=None, load=DEFAULT_LOAD, fmt="json", cwd=None, unsigned=True, bail=True, timeout=120):
+def run_cli(sql, database=None, load=DEFAULT_LOAD, fmt="json", cwd=None, unsigned=True, bail=True, timeout=120,
+            wrap=()):
     """Runs SQL in a fresh official CLI process (stdin), after the preamble that sets the extension
-    directory, turns autoinstall off and LOADs `load`. Returns a CliResult (rc, stdout, stderr)."""
-    args = [CLI]
+    directory, turns autoinstall off and LOADs `load`; `wrap` is a command the CLI runs under (strace).
+    Returns a CliResult (rc, stdout, stderr)."""
+    args = list(wrap) + [CLI]
     if unsigned:
         args.append("-unsigned")
     if bail:

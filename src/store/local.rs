@@ -22,6 +22,12 @@
 //! against the other. A write here stages into a spare, a file deleted
 //! earlier from its folder and emptied, when there is one
 //! ([`super::spares`]).
+//!
+//! A write is durable when it returns, as a PUT to S3 is and as DuckDB's own
+//! commit is (it syncs its WAL): the staged file's data is synced before it
+//! is published, and its folder after, so a power cut leaves either no
+//! object or the whole one under its name, never a name without its bytes.
+//! `LocalFileSystem` does the same for the writes it takes (`with_fsync`).
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -73,7 +79,7 @@ impl Drop for DirectLocal {
 
 impl DirectLocal {
     pub fn new(dir: &std::path::Path) -> object_store::Result<DirectLocal> {
-        let fs = LocalFileSystem::new_with_prefix(dir)?;
+        let fs = LocalFileSystem::new_with_prefix(dir)?.with_fsync(true);
         let root = std::fs::canonicalize(dir).map_err(|e| generic(dir, e))?;
         let root_location = Path::from_absolute_path(&root)?;
         Ok(DirectLocal {
@@ -204,8 +210,9 @@ impl DirectLocal {
     }
 }
 
-/// Writes `payload` to `path` as `LocalFileSystem` does: staged, then
-/// published by rename (`Overwrite`) or hard link (`Create`).
+/// Writes `payload` to `path` as `LocalFileSystem` does with `fsync`:
+/// staged and synced, then published by rename (`Overwrite`) or hard link
+/// (`Create`), then the folder synced.
 fn write_here(
     path: &std::path::Path,
     payload: &PutPayload,
@@ -220,12 +227,14 @@ fn write_here(
     let written = payload
         .iter()
         .try_for_each(|chunk| file.write_all(chunk))
+        .and_then(|()| file.sync_data())
         .and_then(|()| file.metadata());
     drop(file);
     let published = written
         .map_err(|e| generic(&staged, e))
         .and_then(|metadata| {
             publish(&staged, path, create)?;
+            sync_folder_of(path)?;
             Ok(metadata)
         });
     match published {
@@ -264,11 +273,33 @@ fn staged_file(path: &std::path::Path) -> object_store::Result<(File, PathBuf)> 
             Err(e) if e.kind() == ErrorKind::AlreadyExists => n += 1,
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 let parent = staged.parent().ok_or_else(|| generic(&staged, e))?;
-                std::fs::create_dir_all(parent).map_err(|e| generic(parent, e))?;
+                create_folders(parent)?;
             }
             Err(e) => return Err(generic(&staged, e)),
         }
     }
+}
+
+/// Creates `folder` and its missing ancestors, each one's entry synced in
+/// its parent, so that an object published in it outlives a power cut.
+pub(super) fn create_folders(folder: &std::path::Path) -> object_store::Result<()> {
+    let existing = folder.ancestors().find(|a| a.is_dir());
+    std::fs::create_dir_all(folder).map_err(|e| generic(folder, e))?;
+    for created in folder.ancestors().take_while(|a| Some(*a) != existing) {
+        sync_folder_of(created)?;
+    }
+    Ok(())
+}
+
+/// Syncs the folder that holds `path`, making a rename, link or creation of
+/// `path` durable.
+fn sync_folder_of(path: &std::path::Path) -> object_store::Result<()> {
+    let Some(folder) = path.parent() else {
+        return Ok(());
+    };
+    File::open(folder)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| generic(folder, e))
 }
 
 fn publish(

@@ -97,7 +97,7 @@ impl StoreUri {
                         dir.display()
                     )));
                 }
-                std::fs::create_dir_all(dir)
+                super::local::create_folders(dir)
                     .map_err(|e| Error::store(format!("creating {}", dir.display()), e))?;
                 let fs = super::local::DirectLocal::new(dir)
                     .map_err(|e| Error::store(format!("opening {}", dir.display()), e))?;

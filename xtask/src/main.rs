@@ -327,6 +327,10 @@ fn setup(root: &Path) -> Result<()> {
         );
         cli_sql(root, &sql, false)?;
     }
+    // A tool that cannot be installed fails only the tests that use it.
+    if let Err(e) = ensure_system_tools() {
+        println!("setup: warning: {e}");
+    }
     println!("setup: ok ({})", ext_dir.display());
     Ok(())
 }
@@ -473,6 +477,46 @@ fn cargo_test(root: &Path) -> Result<Counts> {
         counts.failed += 1; // did not compile, or a harness crashed
     }
     Ok(counts)
+}
+
+/// Debian packages the tests run: strace shows that a commit syncs its
+/// objects before it returns (e2e test_durability). Installed as root when
+/// missing, as on a fresh machine.
+fn ensure_system_tools() -> Result<()> {
+    const TOOLS: [&str; 1] = ["strace"];
+    let on_path = |tool: &str| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let missing: Vec<&str> = TOOLS.into_iter().filter(|t| !on_path(t)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    println!("setup: apt-get install {}", missing.join(" "));
+    let install = || {
+        Command::new("apt-get")
+            .args(["install", "-y", "-q"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !install() {
+        run(Command::new("apt-get")
+            .args(["update", "-q"])
+            .stdin(std::process::Stdio::null()))?;
+        if !install() {
+            return Err(format!(
+                "could not install {} (apt-get, as root)",
+                missing.join(" ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn test_all(root: &Path) -> ExitCode {
