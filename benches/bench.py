@@ -343,6 +343,71 @@ def growth_report(curves, after, scale):
     return report
 
 
+# The statements of one round of the mixed workload: four commits (a one-row insert, an update, a delete,
+# a 20-row insert into a second table) and four reads, against two tables whose history grows with the rounds.
+MIXED_STATEMENTS = (
+    ("insert", lambda i: "INSERT INTO t VALUES (%d, 'a')" % (1000 + i)),
+    ("update", lambda i: "UPDATE t SET v = 'u%d' WHERE id = %d" % (i, i % 50)),
+    ("delete", lambda i: "DELETE FROM t WHERE id = %d" % (1000 + i - 3)),
+    ("insert_20_rows", lambda i: "INSERT INTO p SELECT range, 'p' FROM range(20)"),
+    ("read", lambda i: "SELECT count(*), max(v) FROM t"),
+    ("time_travel", lambda i: "SELECT count(*) FROM t AT (VERSION => %d)" % max(1, i // 2)),
+    ("snapshots", lambda i: "SELECT count(*) FROM lake.snapshots()"),
+    ("changes", lambda i: "SELECT count(*) FROM lake.table_changes('t', %d, %d)" % (max(1, i // 2 - 5), max(2, i // 2))),
+)
+MIXED_PARTS = 4
+
+
+def run_mixed(backends_, scale, tmp_root, skipped):
+    """Rounds of MIXED_STATEMENTS on every back-end at once, statement by statement, the order rotating, so
+    that updates, deletes, time travel and the change feed are timed as history grows, not only inserts.
+    Returns {name: {statement: [ms per round]}}."""
+    rounds = scale["growth"] // 4
+    cons, lat = {}, {}
+    for b in backends_:
+        try:
+            cons[b.name] = b.connect(tempfile.mkdtemp(dir=tmp_root))
+            cons[b.name].execute("CREATE TABLE t (id INTEGER, v VARCHAR)")
+            cons[b.name].execute("CREATE TABLE p (id INTEGER, v VARCHAR)")
+            cons[b.name].execute("INSERT INTO t SELECT range, 'x' || range FROM range(50)")
+            lat[b.name] = {name: [] for name, _ in MIXED_STATEMENTS}
+        except Exception as e:  # noqa: BLE001 - reported, not fatal
+            skipped[b.name] = "failed: %s" % str(e).splitlines()[0]
+    for i in range(rounds):
+        for statement, sql in MIXED_STATEMENTS:
+            for name in rotated(list(cons), i):
+                try:
+                    lat[name][statement].append(timed(lambda: cons[name].execute(sql(i)).fetchall()))
+                except Exception as e:  # noqa: BLE001
+                    skipped[name] = "failed: %s" % str(e).splitlines()[0]
+                    cons.pop(name).close()
+                    lat.pop(name)
+    for con in cons.values():
+        con.close()
+    return lat
+
+
+def mixed_report(lat):
+    """Per statement, the median of each part of the run on every back-end, and moraine's ratio to each peer."""
+    names = list(lat)
+    print("\nmixed: ms per statement, median per part of the run (%d parts), and moraine / peer" % MIXED_PARTS)
+    print("%-18s" % "statement" + "".join("%10s" % ("part %d" % (k + 1)) for k in range(MIXED_PARTS)))
+    report = {}
+    for statement, _ in MIXED_STATEMENTS:
+        for b in names:
+            v = lat[b][statement]
+            size = max(1, len(v) // MIXED_PARTS)
+            report.setdefault(statement, {})[b] = [statistics.median(v[k * size:(k + 1) * size])
+                                                   for k in range(MIXED_PARTS)]
+        for b in names:
+            print("%-18s" % ("%s %s" % (statement, b))[:18] + "".join("%10.2f" % x for x in report[statement][b]))
+        for b in names:
+            if b != "moraine" and "moraine" in names:
+                print("%-18s" % ("  moraine/%s" % b)[:18]
+                      + "".join("%10.2f" % (m / p) for m, p in zip(report[statement]["moraine"], report[statement][b])))
+    return report
+
+
 def writer_process(argv):
     """One process of the many_writers workload (run as `bench.py --writer ...`): attaches, waits for the start
     signal, commits single-row INSERTs, and prints its commit count and, on moraine, its commit attempts."""
@@ -480,9 +545,10 @@ def main(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--scale", default="small", choices=sorted(SCALES))
     ap.add_argument("--out", default=os.path.join(harness.ROOT, "target", "bench"))
-    ap.add_argument("--workload", default="all", choices=["all", "growth", "classic", "many_writers"],
+    ap.add_argument("--workload", default="all", choices=["all", "growth", "classic", "many_writers", "mixed"],
                     help="growth: the per-commit latency curve as history grows; many_writers: 1, 2, 4 and 8 "
-                    "processes committing at once; classic: the rest")
+                    "processes committing at once; mixed (not in all): inserts, updates, deletes and reads "
+                    "as history grows; classic: the rest")
     if argv[:1] == ["--writer"]:
         return writer_process(argv[1:])
     args = ap.parse_args(argv)
@@ -495,8 +561,10 @@ def main(argv):
         skipped["postgres"] = "could not start a throwaway PostgreSQL: %s" % e
     tmp_root = tempfile.mkdtemp(prefix="moraine-bench-")
     results = {}
-    curves, after = {}, {}
+    curves, after, mixed = {}, {}, {}
     try:
+        if args.workload == "mixed":
+            mixed = run_mixed([b for b in backends(pg) if b.name not in skipped], scale, tmp_root, skipped)
         if args.workload in ("all", "growth"):
             for kind in ("inlined", "parquet"):
                 running = [b for b in backends(pg) if b.name not in skipped]
@@ -542,13 +610,15 @@ def main(argv):
             line += "%26s %7.2f" % (fmt(s), ratio)
         print(line)
     growth = growth_report(curves, after, scale) if curves else {}
+    mixed = mixed_report(mixed) if mixed else {}
     for name, why in skipped.items():
         print("skipped %s: %s" % (name, why))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "bench-%s.json" % args.scale)
     with open(path, "w") as f:
         json.dump({"duckdb": duckdb.__version__, "ducklake": "d8a1881e", "moraine": harness_version(),
-                   "scale": args.scale, "skipped": skipped, "results": report, "growth": growth}, f, indent=1)
+                   "scale": args.scale, "skipped": skipped, "results": report, "growth": growth,
+                   "mixed": mixed}, f, indent=1)
     print("wrote %s" % path)
     return 0
 
