@@ -19,7 +19,7 @@ DONE = re.compile(r"= 0$")
 
 def trace(tmp, sql):
     """The CLI's file-publishing and sync calls while it runs `sql`, one string per call, in order."""
-    assert shutil.which("strace"), "strace is missing: .ci/run installs it"
+    assert shutil.which("strace"), "strace is missing: `cargo xtask setup` installs it from Debian's packages"
     log = os.path.join(tmp, "strace.log")
     run_cli(sql, wrap=("strace", "-f", "-y", "-qq", "-o", log, "-e", "trace=" + TRACED)).ok()
     calls = []
@@ -40,11 +40,11 @@ def trace(tmp, sql):
 def unsynced_publishes(calls, under):
     """The objects published under `under` whose bytes were not synced before their name appeared, or whose
     folder was not synced after; and every object published there."""
+    syncs = [SYNC.match(call) for call in calls]
     synced, published, missing = set(), [], []
     for i, call in enumerate(calls):
-        sync = SYNC.match(call)
-        if sync:
-            synced.add(sync.group("path"))
+        if syncs[i]:
+            synced.add(syncs[i].group("path"))
             continue
         publish = PUBLISH.match(call)
         if not publish or not DONE.search(call) or not publish.group("dst").startswith(under):
@@ -54,7 +54,7 @@ def unsynced_publishes(calls, under):
         src, dst = publish.group("src"), publish.group("dst")
         published.append(dst)
         folder = os.path.dirname(dst)
-        folder_synced_after = any(SYNC.match(c) and SYNC.match(c).group("path") == folder for c in calls[i + 1:])
+        folder_synced_after = any(sync and sync.group("path") == folder for sync in syncs[i + 1:])
         if src not in synced or not folder_synced_after:
             missing.append((dst, src in synced, folder_synced_after))
     return missing, published
