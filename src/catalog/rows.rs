@@ -250,46 +250,47 @@ impl Rows {
         self.change(|rows| rows.extend(added.into_iter().cloned()));
     }
 
-    /// The rows left when each of `deleted` takes away the first row still
-    /// equal to it (one equal to none takes nothing), as the overlay's
-    /// deletes do. Packed rows stay packed and nothing is decoded: the kept
-    /// rows' cells are copied and their parts shared, or packed into one part
-    /// when fewer than half stay, so the parts of the rows gone are freed.
-    /// `None` for rows held decoded.
-    pub fn without(&self, deleted: &[&Row]) -> Option<Rows> {
+    /// The rows after `edits` and `added`: each edit takes the first row
+    /// still equal to its old row (one equal to none takes nothing) and puts
+    /// its new row, if any, in that row's place; `added` follow the rest.
+    /// That is what the overlay's updates, deletes and inserts do when no
+    /// edit's old row is one that another edit or `added` brings. Packed rows
+    /// stay packed and nothing is decoded: the rest keep their cells and
+    /// parts, and the new rows are encoded into parts of their own, so a
+    /// commit that updates one row of a big table makes one pass over its
+    /// packed cells instead of decoding, hashing and sorting every row.
+    /// When fewer than half the rows stay, they are packed into one part, so
+    /// the parts of the rows gone are freed (an expiry deletes thousands of
+    /// snapshots). `None` for rows held decoded, or a new row of another
+    /// width.
+    pub fn edited(&self, edits: &[(&Row, Option<&Row>)], added: &[&Row]) -> Option<Rows> {
         let (None, Some(packed)) = (self.decoded.get(), &self.packed) else {
             return None;
         };
-        if deleted.is_empty() {
+        if edits.is_empty() && added.is_empty() {
             return Some(self.clone());
         }
-        let hasher = RandomState::default();
-        let hash_of = |cells: &mut dyn Iterator<Item = CellRef<'_>>| {
-            let mut state = hasher.build_hasher();
-            cells.for_each(|cell| cell.hash(&mut state));
-            state.finish()
-        };
-        let mut positions: HashMap<u64, Vec<usize>, RandomState> = HashMap::default();
-        for at in 0..packed.len() {
-            let hash = hash_of(&mut (0..packed.width).map(|c| packed.cell(at, c)));
-            positions.entry(hash).or_default().push(at);
-        }
-        let mut gone = vec![false; packed.len()];
-        for row in deleted.iter().filter(|row| row.len() == packed.width) {
-            let hash = hash_of(&mut row.iter().map(Cell::as_cell_ref));
-            let Some(equal) = positions.get_mut(&hash) else {
-                continue;
-            };
-            // Positions are in row order: the first match is the first row.
-            if let Some(k) = equal.iter().position(|&at| packed.holds(at, row)) {
-                gone[equal.remove(k)] = true;
+        let olds: Vec<&Row> = edits.iter().map(|&(old, _)| old).collect();
+        let mut edit_at: Vec<Option<Option<&Row>>> = vec![None; packed.len()];
+        for (at, &(_, new)) in packed.first_equal_each(&olds).into_iter().zip(edits) {
+            if let Some(at) = at {
+                edit_at[at] = Some(new);
             }
         }
-        Some(self.kept(|at| !gone[at]))
+        let mut edited = packed.edited(&edit_at, added)?;
+        // Fewer than half left: the parts of the rows gone are freed.
+        if edited.parts.len() > MAX_APPENDED_PARTS || edited.len() * 2 < packed.len() {
+            edited.consolidate();
+        }
+        Some(Rows {
+            packed: Some(edited),
+            decoded: OnceLock::new(),
+            stats: ColumnStats::default(),
+        })
     }
 
     /// The rows `keep` names, in order. Packed rows stay packed and nothing
-    /// is decoded, as in [`Rows::without`]; decoded rows are copied.
+    /// is decoded, as in [`Rows::edited`]; decoded rows are copied.
     pub fn kept(&self, keep: impl Fn(usize) -> bool) -> Rows {
         let (None, Some(packed)) = (self.decoded.get(), &self.packed) else {
             let kept = self.iter().enumerate().filter(|&(at, _)| keep(at));
@@ -471,18 +472,79 @@ impl Packed {
             ..Packed::empty(self.width)
         };
         for at in (0..self.len()).filter(|&at| keep(at)) {
-            let cells = at * self.width..(at + 1) * self.width;
-            if let (Some(&part), Some(kinds), Some(values)) = (
-                self.row_part.get(at),
-                self.kinds.get(cells.clone()),
-                self.values.get(cells),
-            ) {
-                kept.row_part.push(part);
-                kept.kinds.extend_from_slice(kinds);
-                kept.values.extend_from_slice(values);
-            }
+            kept.copy_row(self, at);
         }
         kept
+    }
+
+    /// Appends row `at` of `from`, whose parts these rows share.
+    fn copy_row(&mut self, from: &Packed, at: usize) {
+        let cells = at * from.width..(at + 1) * from.width;
+        if let (Some(&part), Some(kinds), Some(values)) = (
+            from.row_part.get(at),
+            from.kinds.get(cells.clone()),
+            from.values.get(cells),
+        ) {
+            self.row_part.push(part);
+            self.kinds.extend_from_slice(kinds);
+            self.values.extend_from_slice(values);
+        }
+    }
+
+    /// For each of `wanted` in turn, the position of the first row still
+    /// equal to it that an earlier one has not taken.
+    fn first_equal_each(&self, wanted: &[&Row]) -> Vec<Option<usize>> {
+        if wanted.is_empty() {
+            return Vec::new();
+        }
+        let hasher = RandomState::default();
+        let hash_of = |cells: &mut dyn Iterator<Item = CellRef<'_>>| {
+            let mut state = hasher.build_hasher();
+            cells.for_each(|cell| cell.hash(&mut state));
+            state.finish()
+        };
+        let mut positions: HashMap<u64, Vec<usize>, RandomState> = HashMap::default();
+        for at in 0..self.len() {
+            let hash = hash_of(&mut (0..self.width).map(|c| self.cell(at, c)));
+            positions.entry(hash).or_default().push(at);
+        }
+        wanted
+            .iter()
+            .map(|row| {
+                if row.len() != self.width {
+                    return None;
+                }
+                let equal = positions.get_mut(&hash_of(&mut row.iter().map(Cell::as_cell_ref)))?;
+                // Positions are in row order: the first match is the first row.
+                let k = equal.iter().position(|&at| self.holds(at, row))?;
+                Some(equal.remove(k))
+            })
+            .collect()
+    }
+
+    /// These rows with row `at` dropped where `edit_at[at]` is `Some(None)`
+    /// and replaced where it is `Some(Some(new))`, then `added`; the new rows
+    /// go into parts of their own. `None` when one is not of this width.
+    fn edited(&self, edit_at: &[Option<Option<&Row>>], added: &[&Row]) -> Option<Packed> {
+        let mut edited = Packed {
+            parts: self.parts.clone(),
+            ..Packed::empty(self.width)
+        };
+        for (at, edit) in edit_at.iter().enumerate() {
+            match edit {
+                None => edited.copy_row(self, at),
+                Some(None) => {}
+                Some(Some(new)) => {
+                    if !edited.append(&[new]) {
+                        return None;
+                    }
+                }
+            }
+        }
+        if !added.is_empty() && !edited.append(added) {
+            return None;
+        }
+        Some(edited)
     }
 
     fn row(&self, row: usize) -> Row {
@@ -716,6 +778,13 @@ mod tests {
         assert!(Rows::packed(Vec::new()).is_empty());
     }
 
+    /// The rows left when each of `deleted` takes away the first row still
+    /// equal to it, as the overlay's deletes do.
+    fn without(rows: &Rows, deleted: &[&Row]) -> Option<Rows> {
+        let edits: Vec<(&Row, Option<&Row>)> = deleted.iter().map(|&row| (row, None)).collect();
+        rows.edited(&edits, &[])
+    }
+
     #[test]
     fn deletes_from_packed_rows_keep_the_rest_packed_in_order() {
         let mut rows = sample();
@@ -732,7 +801,7 @@ mod tests {
             &other_width,
             &absent,
         ];
-        let left = packed.without(&deleted).unwrap();
+        let left = without(&packed, &deleted).unwrap();
         assert!(left.decoded.get().is_none());
         let mut expected = rows.clone();
         let mut decoded = packed.clone();
@@ -740,14 +809,14 @@ mod tests {
         expected.retain(|row| row != &rows[7] && row != &rows[8]);
         assert_eq!(&*left, expected.as_slice());
         assert_eq!(
-            decoded.without(&deleted),
+            without(&decoded, &deleted),
             None,
             "decoded rows take the general path"
         );
 
         // Most rows gone: the few left are packed into a part of their own.
         let most: Vec<&Row> = rows[10..rows.len() - 1].iter().collect();
-        let few = packed.without(&most).unwrap();
+        let few = without(&packed, &most).unwrap();
         assert_eq!(few.packed.as_ref().map(|p| p.parts.len()), Some(1));
         assert_eq!(
             &*few,
@@ -757,7 +826,7 @@ mod tests {
                 .cloned()
                 .collect::<Vec<_>>()
         );
-        assert_eq!(&*packed.without(&[]).unwrap(), rows.as_slice());
+        assert_eq!(&*without(&packed, &[]).unwrap(), rows.as_slice());
     }
 
     #[test]

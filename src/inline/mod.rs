@@ -321,10 +321,16 @@ pub fn sort_data_rows(rows: &mut [Row]) {
 
 /// The order of [`sort_data_rows`].
 pub fn data_row_order(a: &Row, b: &Row) -> std::cmp::Ordering {
-    fn key(r: &Row) -> (Option<&Cell>, Option<&Cell>) {
-        (r.get(BEGIN_SNAPSHOT), r.get(ROW_ID))
-    }
-    key(a).cmp(&key(b))
+    order_by(&DATA_ROW_ORDER, a, b)
+}
+
+/// The columns [`sort_data_rows`] orders by: insertion order.
+pub const DATA_ROW_ORDER: [usize; 2] = [BEGIN_SNAPSHOT, ROW_ID];
+
+/// The order of rows by the cells of `columns`, a missing one first.
+fn order_by(columns: &[usize], a: &Row, b: &Row) -> std::cmp::Ordering {
+    let a = columns.iter().map(|&c| a.get(c));
+    a.cmp(columns.iter().map(|&c| b.get(c)))
 }
 
 /// Inlined deletions in insertion order: by the snapshot that deleted them,
@@ -335,15 +341,11 @@ pub fn sort_delete_rows(rows: &mut [Row]) {
 
 /// The order of [`sort_delete_rows`].
 pub fn delete_row_order(a: &Row, b: &Row) -> std::cmp::Ordering {
-    fn key(r: &Row) -> (Option<&Cell>, Option<&Cell>, Option<&Cell>) {
-        (
-            r.get(DELETED_BEGIN_SNAPSHOT),
-            r.get(DELETED_FILE_ID),
-            r.get(DELETED_ROW_ID),
-        )
-    }
-    key(a).cmp(&key(b))
+    order_by(&DELETE_ROW_ORDER, a, b)
 }
+
+/// The columns [`sort_delete_rows`] orders by.
+pub const DELETE_ROW_ORDER: [usize; 3] = [DELETED_BEGIN_SNAPSHOT, DELETED_FILE_ID, DELETED_ROW_ID];
 
 pub async fn committed_delete_rows(
     store: &Store,

@@ -103,29 +103,50 @@ pub fn apply_in_place(table: TableRef, rows: &mut Vec<Row>, ops: &[StagedOp]) {
 }
 
 /// `rows` with the operations on `table` applied, in order: packed rows
-/// that `ops` only delete from stay packed ([`only_deleted`]); any others
-/// are decoded into a copy, which leaves `rows` as they were.
+/// stay packed where [`edited`] can apply the operations to them; any
+/// others are decoded into a copy, which leaves `rows` as they were.
 pub fn applied(table: TableRef, rows: &Rows, ops: &[StagedOp]) -> Rows {
-    only_deleted(table, rows, ops).unwrap_or_else(|| {
+    edited(table, rows, ops).unwrap_or_else(|| {
         let mut rows = rows.clone();
         rows.change(|rows| apply_in_place(table, rows, ops));
         rows
     })
 }
 
-/// `committed` without the rows `ops` delete from `table`, when deleting is
-/// all they do to it (an expiry deletes thousands of snapshots): packed rows
-/// then stay packed, and none is decoded ([`Rows::without`]). Deletes keep
-/// the order of the rest, so no table needs sorting again.
-pub fn only_deleted(table: TableRef, committed: &Rows, ops: &[StagedOp]) -> Option<Rows> {
-    let mut deleted = Vec::new();
+/// `committed` with the operations on `table` applied, when packed rows
+/// take them as they are ([`Rows::edited`]): an expiry deletes thousands of
+/// snapshots, and an update of inlined data ends one row of thousands, and
+/// neither decodes, hashes or sorts the rest. That is so when the rows are
+/// packed, no operation but inserts, deletes and updates touches the table,
+/// no update or delete is of a row the operations bring themselves (then it
+/// might find that one), and the rows brought leave the table in the order
+/// [`canonical_order`] keeps. Deletes alone keep the order of the rest.
+pub fn edited(table: TableRef, committed: &Rows, ops: &[StagedOp]) -> Option<Rows> {
+    let (mut edits, mut added) = (Vec::new(), Vec::new());
     for op in ops.iter().filter(|op| op.table() == table) {
         match op {
-            StagedOp::Delete { row, .. } => deleted.push(row),
-            _ => return None,
+            StagedOp::Delete { row, .. } => edits.push((row, None)),
+            StagedOp::Update { old, new, .. } => edits.push((old, Some(new))),
+            StagedOp::Insert { row, .. } => added.push(row),
+            StagedOp::CreateTable { .. } | StagedOp::DropTable { .. } => return None,
         }
     }
-    committed.without(&deleted)
+    let brought: HashSet<&Row, RandomState> = edits
+        .iter()
+        .filter_map(|&(_, new)| new)
+        .chain(added.iter().copied())
+        .collect();
+    if edits.iter().any(|(old, _)| brought.contains(old)) {
+        return None;
+    }
+    let rows = committed.edited(&edits, &added)?;
+    let in_order = brought.is_empty()
+        || order_columns(table).is_none_or(|columns| {
+            let packed = &rows;
+            let key = |at: usize| columns.iter().map(move |&c| packed.cell(at, c).to_cell());
+            (1..rows.len()).all(|at| key(at - 1).le(key(at)))
+        });
+    in_order.then_some(rows)
 }
 
 /// The rows `ops` add to `table` after `last`, when adding them is all the
@@ -165,6 +186,16 @@ pub fn canonical_order(table: TableRef, rows: &mut [Row]) {
         TableRef::InlineData { .. } => inline::sort_data_rows(rows),
         TableRef::InlineDelete { .. } => inline::sort_delete_rows(rows),
         TableRef::Fixed(_) => {}
+    }
+}
+
+/// The columns [`canonical_order`] sorts `table` by; `None` for tables kept
+/// in the order of their records' ordinals.
+fn order_columns(table: TableRef) -> Option<&'static [usize]> {
+    match table {
+        TableRef::InlineData { .. } => Some(&inline::DATA_ROW_ORDER),
+        TableRef::InlineDelete { .. } => Some(&inline::DELETE_ROW_ORDER),
+        TableRef::Fixed(_) => None,
     }
 }
 
@@ -386,6 +417,94 @@ mod tests {
                 assert_eq!(linked(changes, rows, &ops, &parents), expected);
             }
         }
+    }
+
+    #[test]
+    fn packed_rows_take_updates_deletes_and_inserts_as_decoded_ones_do() {
+        let inline = TableRef::InlineData {
+            table_id: 1,
+            schema_version: 1,
+        };
+        // row_id, begin_snapshot, end_snapshot, a user column; served by
+        // begin snapshot, then row id.
+        let data = |id: i64, begin: i64, end: Option<i64>| -> Row {
+            vec![
+                Cell::Int(id),
+                Cell::Int(begin),
+                end.map_or(Cell::Null, Cell::Int),
+                Cell::Text(format!("v{id}")),
+            ]
+        };
+        let committed: Vec<Row> = (0..40).map(|i| data(i, 1 + i / 4, None)).collect();
+        let update = |old: Row, new: Row| StagedOp::Update {
+            table: inline,
+            old,
+            new,
+        };
+        let insert = |row: Row| StagedOp::Insert { table: inline, row };
+        let delete = |row: Row| StagedOp::Delete { table: inline, row };
+        let ended = |i: i64| data(i, 1 + i / 4, Some(20));
+        // (operations, whether packed rows take them without the general path)
+        let cases: Vec<(Vec<StagedOp>, bool)> = vec![
+            // DuckLake's UPDATE of an inlined row: the old version ends, the new one follows.
+            (
+                vec![
+                    update(committed[7].clone(), ended(7)),
+                    insert(data(40, 20, None)),
+                ],
+                true,
+            ),
+            (
+                vec![delete(committed[3].clone()), delete(committed[39].clone())],
+                true,
+            ),
+            (vec![update(data(99, 1, None), ended(99))], true),
+            // An update of the row an earlier one brought.
+            (
+                vec![
+                    update(committed[7].clone(), ended(7)),
+                    update(ended(7), data(7, 1, Some(21))),
+                ],
+                false,
+            ),
+            // A delete of the row an insert brought.
+            (
+                vec![insert(data(40, 20, None)), delete(data(40, 20, None))],
+                false,
+            ),
+            // A row brought out of the served order.
+            (vec![insert(data(41, 0, None))], false),
+            (vec![update(committed[7].clone(), data(7, 30, None))], false),
+            (vec![StagedOp::DropTable { table: inline }], false),
+        ];
+        let packed = Rows::packed(committed.clone());
+        for (ops, stays_packed) in cases {
+            let expected = apply(inline, &committed, &ops, None);
+            assert_eq!(applied(inline, &packed, &ops), expected, "{ops:?}");
+            assert_eq!(
+                edited(inline, &packed, &ops).is_some(),
+                stays_packed,
+                "{ops:?}"
+            );
+            let decoded = Rows::from(committed.clone());
+            assert_eq!(applied(inline, &decoded, &ops), expected, "{ops:?}");
+        }
+        // A table kept in ordinal order takes rows brought anywhere.
+        let fixed = vec![row(&[5]), row(&[1]), row(&[5])];
+        let ops = vec![
+            StagedOp::Update {
+                table: T,
+                old: row(&[5]),
+                new: row(&[9]),
+            },
+            StagedOp::Insert {
+                table: T,
+                row: row(&[0]),
+            },
+        ];
+        let packed = Rows::packed(fixed.clone());
+        assert!(edited(T, &packed, &ops).is_some());
+        assert_eq!(applied(T, &packed, &ops), apply(T, &fixed, &ops, None));
     }
 
     #[test]
