@@ -316,19 +316,14 @@ pub async fn committed_data_rows(
 /// one begin snapshot and ascending row ids. A chunk split by a partial
 /// delete keeps its rows in this order whatever sequences its parts get.
 pub fn sort_data_rows(rows: &mut [Row]) {
-    rows.sort_by(data_row_order);
-}
-
-/// The order of [`sort_data_rows`].
-pub fn data_row_order(a: &Row, b: &Row) -> std::cmp::Ordering {
-    order_by(&DATA_ROW_ORDER, a, b)
+    rows.sort_by(|a, b| order_by(&DATA_ROW_ORDER, a, b));
 }
 
 /// The columns [`sort_data_rows`] orders by: insertion order.
 pub const DATA_ROW_ORDER: [usize; 2] = [BEGIN_SNAPSHOT, ROW_ID];
 
 /// The order of rows by the cells of `columns`, a missing one first.
-fn order_by(columns: &[usize], a: &Row, b: &Row) -> std::cmp::Ordering {
+pub fn order_by(columns: &[usize], a: &Row, b: &Row) -> std::cmp::Ordering {
     let a = columns.iter().map(|&c| a.get(c));
     a.cmp(columns.iter().map(|&c| b.get(c)))
 }
@@ -336,12 +331,7 @@ fn order_by(columns: &[usize], a: &Row, b: &Row) -> std::cmp::Ordering {
 /// Inlined deletions in insertion order: by the snapshot that deleted them,
 /// then by file and row.
 pub fn sort_delete_rows(rows: &mut [Row]) {
-    rows.sort_by(delete_row_order);
-}
-
-/// The order of [`sort_delete_rows`].
-pub fn delete_row_order(a: &Row, b: &Row) -> std::cmp::Ordering {
-    order_by(&DELETE_ROW_ORDER, a, b)
+    rows.sort_by(|a, b| order_by(&DELETE_ROW_ORDER, a, b));
 }
 
 /// The columns [`sort_delete_rows`] orders by.

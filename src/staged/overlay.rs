@@ -164,10 +164,8 @@ pub fn only_appended(
             _ => return None,
         }
     }
-    let order = match table {
-        TableRef::InlineData { .. } => inline::data_row_order,
-        TableRef::InlineDelete { .. } => inline::delete_row_order,
-        TableRef::Fixed(_) => return Some(added),
+    let Some(columns) = order_columns(table) else {
+        return Some(added);
     };
     let last = last();
     let in_order = last
@@ -175,22 +173,20 @@ pub fn only_appended(
         .chain(added.iter().copied())
         .collect::<Vec<_>>()
         .windows(2)
-        .all(|pair| order(pair[0], pair[1]).is_le());
+        .all(|pair| inline::order_by(columns, pair[0], pair[1]).is_le());
     in_order.then_some(added)
 }
 
 /// Keeps the order the store serves for tables whose order is derived from
 /// their cells rather than kept by ordinals.
 pub fn canonical_order(table: TableRef, rows: &mut [Row]) {
-    match table {
-        TableRef::InlineData { .. } => inline::sort_data_rows(rows),
-        TableRef::InlineDelete { .. } => inline::sort_delete_rows(rows),
-        TableRef::Fixed(_) => {}
+    if let Some(columns) = order_columns(table) {
+        rows.sort_by(|a, b| inline::order_by(columns, a, b));
     }
 }
 
-/// The columns [`canonical_order`] sorts `table` by; `None` for tables kept
-/// in the order of their records' ordinals.
+/// The columns the store serves `table`'s rows in the order of; `None` for
+/// tables kept in the order of their records' ordinals.
 fn order_columns(table: TableRef) -> Option<&'static [usize]> {
     match table {
         TableRef::InlineData { .. } => Some(&inline::DATA_ROW_ORDER),
