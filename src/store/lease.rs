@@ -22,9 +22,10 @@
 //!
 //! [design 0010]: ../../docs/design/0010-writer-turn.md
 
+use super::local::for_live_processes;
 use crate::error::{Error, Result};
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutPayload, UpdateVersion};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -371,7 +372,7 @@ async fn claim_takeover(store: &Arc<dyn ObjectStore>, marker: &Path, lease: &str
         .put_opts(
             marker,
             PutPayload::from(lease.as_bytes().to_vec()),
-            PutOptions::from(PutMode::Create),
+            for_live_processes(PutMode::Create),
         )
         .await;
     match put {
@@ -529,7 +530,7 @@ async fn write(
 ) -> Result<UpdateVersion> {
     let body = PutPayload::from(LeaseRecord::render(me, exclusive).into_bytes());
     let update = matches!(mode, PutMode::Update(_));
-    match store.put_opts(path, body, PutOptions::from(mode)).await {
+    match store.put_opts(path, body, for_live_processes(mode)).await {
         Ok(result) => Ok(UpdateVersion {
             e_tag: result.e_tag,
             version: result.version,
@@ -554,7 +555,7 @@ async fn write_unconditionally(
 ) -> Result<UpdateVersion> {
     let body = PutPayload::from(LeaseRecord::render(me, exclusive).into_bytes());
     let put = store
-        .put(path, body)
+        .put_opts(path, body, for_live_processes(PutMode::Overwrite))
         .await
         .map_err(|e| Error::store("writing the writer lease", e))?;
     Ok(UpdateVersion {

@@ -28,13 +28,14 @@
 //! [design 0010]: ../../docs/design/0010-writer-turn.md
 
 use super::lease::{self, Holder, Take, TURN_DIR, TURN_SECONDS};
+use super::local::for_live_processes;
 use super::upkeep::Compaction;
 use super::uri::StoreUri;
 use super::writes::Writes;
 use crate::error::{Error, Result};
 use futures_util::future::BoxFuture;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload, UpdateVersion};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutPayload, UpdateVersion};
 use slatedb::Db;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -444,7 +445,11 @@ impl WriterTurn {
     async fn ask(&self) -> Result<()> {
         let text = format!("{} at {}", self.me.render(), unix_seconds());
         self.object_store
-            .put(&self.ask_path(), PutPayload::from(text.into_bytes()))
+            .put_opts(
+                &self.ask_path(),
+                PutPayload::from(text.into_bytes()),
+                for_live_processes(PutMode::Overwrite),
+            )
             .await
             .map_err(|e| Error::store("asking for the writer turn", e))?;
         Ok(())
