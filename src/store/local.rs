@@ -244,6 +244,8 @@ fn write_here(
     let written = payload
         .iter()
         .try_for_each(|chunk| file.write_all(chunk))
+        // A spare made ahead holds a block of zeros past what was written.
+        .and_then(|()| file.set_len(payload.content_length() as u64))
         .and_then(|()| if durable { file.sync_data() } else { Ok(()) })
         .and_then(|()| file.metadata());
     drop(file);
@@ -524,6 +526,7 @@ impl ObjectStore for DirectLocal {
 
 #[cfg(test)]
 mod tests {
+    use super::super::spares::{SPARES_AHEAD, SPARE_BLOCK};
     use super::*;
     use object_store::GetRange;
     use std::sync::Arc;
@@ -769,7 +772,7 @@ mod tests {
             put(i).await.unwrap();
         }
         // A folder written again and again gets new files made ahead.
-        let ahead = super::super::spares::SPARES_AHEAD;
+        let ahead = SPARES_AHEAD;
         for _ in 0..400 {
             if direct.spares.ready(&folder) == ahead {
                 break;
@@ -783,13 +786,21 @@ mod tests {
             .await;
         assert!(gone.iter().all(|r| r.is_ok()), "{gone:?}");
         assert_eq!(direct.spares.ready(&folder), ahead + 4);
-        // The spares hold no bytes, and neither listing shows them.
+        // Deleted files keep no bytes, files made ahead one block of zeros,
+        // and neither listing shows them.
         let names = files_in(&folder);
         let spares: Vec<_> = names.iter().filter(|n| n.starts_with("spare#")).collect();
         assert_eq!(spares.len(), ahead + 4, "{names:?}");
-        for spare in &spares {
-            assert_eq!(std::fs::metadata(folder.join(spare)).unwrap().len(), 0);
-        }
+        let sizes: Vec<u64> = spares
+            .iter()
+            .map(|spare| std::fs::metadata(folder.join(spare)).unwrap().len())
+            .collect();
+        let emptied = sizes.iter().filter(|&&size| size == 0).count();
+        let blocks = sizes
+            .iter()
+            .filter(|&&size| size == SPARE_BLOCK as u64)
+            .count();
+        assert_eq!((emptied, blocks), (4, ahead), "{sizes:?}");
         for store in [&direct as &dyn ObjectStore, &fs] {
             let mut listed: Vec<_> = store
                 .list(Some(&Path::from("wal")))

@@ -30,12 +30,12 @@
 //! processes one gets each file. A read-write attach writes a manifest and a
 //! WAL object before its first commit, and without a spare each would create
 //! a file (1 ms instead of 0.5 on these machines). A process that dies leaves
-//! its spares behind, empty, under names nothing lists; no other process
+//! its spares behind, empty or zeros, under names nothing lists; no other process
 //! takes a `spare#` name, which may be a live process's.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -47,6 +47,11 @@ pub const MOST_SPARES_PER_FOLDER: usize = 16_384;
 /// New files a write keeps ready in its folder: one commit's worth, with
 /// room for a flush's manifest and SST writes that come in a burst.
 pub const SPARES_AHEAD: usize = 4;
+
+/// Bytes a file made ahead is written with, and synced, before a write takes
+/// it: a small write into a block the file owns already syncs the block and
+/// the inode, where a write into an empty file also allocates the block.
+pub const SPARE_BLOCK: usize = 4096;
 
 /// A folder keeps spares, recycled or made ahead, once this many writes
 /// have published in it: the WAL is written at every commit, a folder of
@@ -112,7 +117,8 @@ impl Spares {
         }
     }
 
-    /// A spare of `folder`, empty and open for writing, or `None` when it
+    /// A spare of `folder`, open for writing (empty, or a block of zeros
+    /// that the write cuts off), or `None` when it
     /// has none.
     pub fn take(&self, folder: &Path) -> Option<(File, PathBuf)> {
         self.adopt_kept(folder);
@@ -197,8 +203,16 @@ impl Spares {
             let Some(spare) = self.fresh_name(folder) else {
                 break;
             };
-            let made = OpenOptions::new().write(true).create_new(true).open(&spare);
+            let made = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&spare)
+                .and_then(|mut file| {
+                    file.write_all(&[0; SPARE_BLOCK])?;
+                    file.sync_data()
+                });
             if made.is_err() {
+                let _ = std::fs::remove_file(&spare);
                 break;
             }
             if self.closed.load(Ordering::SeqCst)
