@@ -11,9 +11,10 @@ import harness
 FIXED_OVERHEAD = 1 << 20
 
 
-# A local store's spares (design 0017): files no listing shows, at most a block of zeros each, a few per folder.
+# A local store's spares (design 0017): files no listing shows, those made ahead in the WAL's folder a block of zeros
+# each, a few of them.
 SPARE_BLOCK = 4096
-MOST_SPARE_BYTES = 4 * 8 * SPARE_BLOCK
+MOST_SPARE_BYTES = 8 * SPARE_BLOCK
 
 
 def dir_bytes(path, spares=True):

@@ -48,10 +48,19 @@ pub const MOST_SPARES_PER_FOLDER: usize = 16_384;
 /// room for a flush's manifest and SST writes that come in a burst.
 pub const SPARES_AHEAD: usize = 4;
 
-/// Bytes a file made ahead is written with, and synced, before a write takes
-/// it: a small write into a block the file owns already syncs the block and
-/// the inode, where a write into an empty file also allocates the block.
+/// Bytes a file made ahead in the WAL's folder is written with, and synced,
+/// before a commit takes it: a small write into a block the file owns already
+/// syncs the block and the inode, where a write into an empty file also
+/// allocates the block. Only the WAL's folder is written at every commit;
+/// elsewhere the blocks would be bytes no listing shows, for little.
 pub const SPARE_BLOCK: usize = 4096;
+
+/// The folder of SlateDB's WAL objects, one per commit.
+const WAL_FOLDER: &str = "wal";
+
+fn holds_the_wal(folder: &Path) -> bool {
+    folder.file_name().and_then(|name| name.to_str()) == Some(WAL_FOLDER)
+}
 
 /// A folder keeps spares, recycled or made ahead, once this many writes
 /// have published in it: the WAL is written at every commit, a folder of
@@ -66,7 +75,7 @@ const WRITES_BEFORE_RECYCLING: u32 = 2;
 /// and read while another writer replaces or deletes them, so a reader
 /// that opened one before a recycle would read it short, or as the next
 /// lease (fresh-clone CI failed two many-writer tests so).
-const WRITE_ONCE_FOLDERS: [&str; 4] = ["wal", "compacted", "manifest", "compactions"];
+const WRITE_ONCE_FOLDERS: [&str; 4] = [WAL_FOLDER, "compacted", "manifest", "compactions"];
 
 fn holds_write_once_objects(folder: &Path) -> bool {
     folder
@@ -199,6 +208,11 @@ impl Spares {
     }
 
     fn make_ahead(&self, folder: &Path) {
+        let block: &[u8] = if holds_the_wal(folder) {
+            &[0; SPARE_BLOCK]
+        } else {
+            &[]
+        };
         while self.with_folder(folder, |f| f.ready.len() < SPARES_AHEAD) == Some(true) {
             let Some(spare) = self.fresh_name(folder) else {
                 break;
@@ -208,7 +222,10 @@ impl Spares {
                 .create_new(true)
                 .open(&spare)
                 .and_then(|mut file| {
-                    file.write_all(&[0; SPARE_BLOCK])?;
+                    if block.is_empty() {
+                        return Ok(());
+                    }
+                    file.write_all(block)?;
                     file.sync_data()
                 });
             if made.is_err() {
