@@ -526,6 +526,7 @@ impl ObjectStore for DirectLocal {
 
 #[cfg(test)]
 mod tests {
+    use super::super::spares::tests::files_in;
     use super::super::spares::{SPARES_AHEAD, SPARE_BLOCK};
     use super::*;
     use object_store::GetRange;
@@ -736,16 +737,6 @@ mod tests {
             read(&direct, &location, tail).await,
             Bytes::from(body[INLINE_READ_BYTES as usize..].to_vec())
         );
-    }
-
-    /// Files in `folder`, staged, spare and published alike.
-    fn files_in(folder: &std::path::Path) -> Vec<String> {
-        let mut names: Vec<_> = std::fs::read_dir(folder)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        names.sort();
-        names
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

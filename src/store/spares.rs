@@ -345,10 +345,11 @@ impl Spares {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn names_in(folder: &Path) -> Vec<String> {
+    /// Files in `folder`, staged, spare and published alike.
+    pub(in crate::store) fn files_in(folder: &Path) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(folder)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -383,7 +384,7 @@ mod tests {
         let object = wal.join("00000000000000000009.sst");
         std::fs::write(&object, "commit").unwrap();
         assert!(matches!(spares.delete(&object), Ok(Deleted::Recycled)));
-        let left = names_in(&wal);
+        let left = files_in(&wal);
         assert_eq!(left.len(), SPARES_AHEAD, "{left:?}");
         assert!(left.iter().all(|n| n.starts_with(KEPT)), "{left:?}");
     }
@@ -405,6 +406,6 @@ mod tests {
         assert_eq!(first.ready(&wal), SPARES_AHEAD - 1);
         // Every kept file went to the first pool that looked.
         assert!(second.take(&wal).is_none());
-        assert!(names_in(&wal).iter().all(|n| n.starts_with("spare#")));
+        assert!(files_in(&wal).iter().all(|n| n.starts_with("spare#")));
     }
 }
