@@ -59,7 +59,11 @@ pub const SPARE_BLOCK: usize = 4096;
 const WAL_FOLDER: &str = "wal";
 
 fn holds_the_wal(folder: &Path) -> bool {
-    folder.file_name().and_then(|name| name.to_str()) == Some(WAL_FOLDER)
+    folder_name(folder) == Some(WAL_FOLDER)
+}
+
+fn folder_name(folder: &Path) -> Option<&str> {
+    folder.file_name().and_then(|name| name.to_str())
 }
 
 /// A folder keeps spares, recycled or made ahead, once this many writes
@@ -78,10 +82,7 @@ const WRITES_BEFORE_RECYCLING: u32 = 2;
 const WRITE_ONCE_FOLDERS: [&str; 4] = [WAL_FOLDER, "compacted", "manifest", "compactions"];
 
 fn holds_write_once_objects(folder: &Path) -> bool {
-    folder
-        .file_name()
-        .and_then(|name| name.to_str())
-        .is_some_and(|name| WRITE_ONCE_FOLDERS.contains(&name))
+    folder_name(folder).is_some_and(|name| WRITE_ONCE_FOLDERS.contains(&name))
 }
 
 #[derive(Default)]
@@ -127,8 +128,7 @@ impl Spares {
     }
 
     /// A spare of `folder`, open for writing (empty, or a block of zeros
-    /// that the write cuts off), or `None` when it
-    /// has none.
+    /// that the write cuts off), or `None` when it has none.
     pub fn take(&self, folder: &Path) -> Option<(File, PathBuf)> {
         self.adopt_kept(folder);
         let spare = self.with_folder(folder, |f| f.ready.pop())??;
@@ -180,9 +180,20 @@ impl Spares {
             let Ok(mut folders) = self.folders.lock() else {
                 return;
             };
-            let f = folders.entry(folder.to_path_buf()).or_default();
-            if std::mem::replace(&mut f.adopted, true) {
-                return;
+            // Every write comes here: the folder's path is copied only once.
+            match folders.get_mut(folder) {
+                Some(f) => {
+                    if std::mem::replace(&mut f.adopted, true) {
+                        return;
+                    }
+                }
+                None => {
+                    let f = Folder {
+                        adopted: true,
+                        ..Folder::default()
+                    };
+                    folders.insert(folder.to_path_buf(), f);
+                }
             }
         }
         let Ok(entries) = std::fs::read_dir(folder) else {
