@@ -18,12 +18,16 @@ MOST_SPARE_BYTES = 8 * SPARE_BLOCK
 
 
 def dir_bytes(path, spares=True):
-    """Bytes of the files under `path`; without `spares`, of its objects only."""
+    """Bytes of the files under `path`; without `spares`, of its objects only. The store is live while this
+    walks it: a spare taken by a write, or an object collected, can go between the listing and the size."""
     total = 0
     for root, _, files in os.walk(path):
         for f in files:
             if spares or "#" not in f:
-                total += os.path.getsize(os.path.join(root, f))
+                try:
+                    total += os.path.getsize(os.path.join(root, f))
+                except FileNotFoundError:
+                    pass
     return total
 
 
