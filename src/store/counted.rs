@@ -77,8 +77,14 @@ impl ObjectStore for Counted {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
-        RequestCounts::bump(&self.counts.puts);
-        self.inner.put_opts(location, payload, opts).await
+        let result = self.inner.put_opts(location, payload, opts).await;
+        // SlateDB tries each create-if-absent put with its put-id attribute first; the local file
+        // system refuses attributes before touching a file, and SlateDB puts again without them.
+        // The refusal reached no store, so it is not a request.
+        if !matches!(result, Err(object_store::Error::NotImplemented { .. })) {
+            RequestCounts::bump(&self.counts.puts);
+        }
+        result
     }
 
     async fn put_multipart_opts(
@@ -137,5 +143,39 @@ impl ObjectStore for Counted {
     ) -> object_store::Result<()> {
         RequestCounts::bump(&self.counts.copies);
         self.inner.copy_opts(from, to, options).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::local::LocalFileSystem;
+    use object_store::{Attribute, Attributes, PutMode};
+
+    #[tokio::test]
+    async fn a_put_the_store_refuses_unsent_is_not_counted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let local = LocalFileSystem::new_with_prefix(dir.path()).expect("local store");
+        let (store, counts) = Counted::wrap(Arc::new(local));
+        let path = Path::from("wal/00000000000000000001.sst");
+        let mut attributes = Attributes::new();
+        attributes.insert(Attribute::Metadata("put-id".into()), "a".into());
+        let with_attributes = PutOptions {
+            mode: PutMode::Create,
+            attributes,
+            ..PutOptions::default()
+        };
+        let refused = store
+            .put_opts(&path, PutPayload::from_static(b"wal"), with_attributes)
+            .await;
+        assert!(
+            matches!(refused, Err(object_store::Error::NotImplemented { .. })),
+            "{refused:?}"
+        );
+        store
+            .put_opts(&path, PutPayload::from_static(b"wal"), PutMode::Create.into())
+            .await
+            .expect("a plain put");
+        assert_eq!(counts.snapshot()[0], ("object_store_puts", 1));
     }
 }
