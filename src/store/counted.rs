@@ -173,7 +173,11 @@ mod tests {
             "{refused:?}"
         );
         store
-            .put_opts(&path, PutPayload::from_static(b"wal"), PutMode::Create.into())
+            .put_opts(
+                &path,
+                PutPayload::from_static(b"wal"),
+                PutMode::Create.into(),
+            )
             .await
             .expect("a plain put");
         assert_eq!(counts.snapshot()[0], ("object_store_puts", 1));
