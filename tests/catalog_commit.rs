@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use moraine::catalog::{self, Kind};
+use moraine::catalog::{self, Cell, Kind, TableRef};
 use moraine::staged::{CommitOutcome, StagedTransaction};
 use moraine::Error;
 
@@ -195,4 +195,70 @@ async fn reopen_after_a_crash_replays_exactly_the_acknowledged_commits() {
         dump.tables[&Kind::Table],
         vec![table_row(1, 1, "acknowledged")]
     );
+}
+
+/// A commit's snapshot is the only one above the head, so minting it reads
+/// nothing; an id the store holds is still found and refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_id_the_store_holds_is_refused() {
+    let store = memory_store("reminted").await;
+    bootstrap(&store).await;
+    create_table(&store, 1, 1, "t").await;
+    let before = store_contents(&store).await;
+    let mut tx = StagedTransaction::new(store.clone());
+    stage_snapshot(&mut tx, snapshot_row(1, 1, 3, 0), "created_table:again").await;
+    let err = tx.commit().await.unwrap_err();
+    assert!(matches!(err, Error::Conflict(_)), "{err}");
+    assert!(
+        err.to_string().contains("snapshot 1 already exists"),
+        "{err}"
+    );
+    assert_eq!(store_contents(&store).await, before);
+}
+
+/// Inlined rows of the commit's own snapshot start a fresh chunk without a
+/// scan; rows added to an older snapshot's chunks join them; rows that
+/// begin after the commit's snapshot are refused, since nothing stored may
+/// name a snapshot above the head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inlined_rows_begin_no_later_than_their_commit() {
+    let store = memory_store("inline-begin").await;
+    inline_history(&store).await;
+    let before = store_contents(&store).await;
+    let mut tx = StagedTransaction::new(store.clone());
+    stage_snapshot(&mut tx, snapshot_row(3, 1, 2, 0), "inlined_insert:1").await;
+    tx.stage_insert(TableRef::parse(INLINED).unwrap(), vec![inline_row(8, 4)])
+        .await
+        .unwrap();
+    let err = tx.commit().await.unwrap_err();
+    assert!(matches!(err, Error::Constraint(_)), "{err}");
+    assert!(
+        err.to_string()
+            .contains("begin at snapshot 4, after this commit's snapshot 3"),
+        "{err}"
+    );
+    assert_eq!(store_contents(&store).await, before);
+
+    let late = vec![inline_row(8, 2), inline_row(9, 3)];
+    commit_inline_rows(&store, INLINED, None, 3, late).await;
+    let mut tx = StagedTransaction::new(store.clone());
+    let rows = tx
+        .visible_rows(TableRef::parse(INLINED).unwrap())
+        .await
+        .unwrap();
+    let mut ids: Vec<(Cell, Cell)> = (0..rows.len())
+        .filter_map(|at| rows.row(at))
+        .map(|r| (r[0].clone(), r[1].clone()))
+        .collect();
+    ids.sort_by_key(|(id, _)| id.as_int());
+    let expected: Vec<(Cell, Cell)> = (0..6)
+        .map(|r| (int(r), int(1)))
+        .chain([
+            (int(6), int(2)),
+            (int(7), int(2)),
+            (int(8), int(2)),
+            (int(9), int(3)),
+        ])
+        .collect();
+    assert_eq!(ids, expected);
 }

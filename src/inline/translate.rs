@@ -146,9 +146,17 @@ impl InlineCommit {
     }
 
     /// Applies the gathered deletes, then writes the new chunks.
-    pub async fn finish(mut self, writes: &mut WriteSet<'_>) -> Result<()> {
+    /// `first_unwritten` is the lowest snapshot id nothing stored begins at;
+    /// `newest` is the snapshot this commit leaves as the head, after which
+    /// no inserted row may begin.
+    pub async fn finish(
+        mut self,
+        writes: &mut WriteSet<'_>,
+        first_unwritten: i64,
+        newest: Option<i64>,
+    ) -> Result<()> {
         self.apply_deletes(writes).await?;
-        self.write_new_chunks(writes).await
+        self.write_new_chunks(writes, first_unwritten, newest).await
     }
 
     /// A wholly selected chunk is removed; a partly selected one is
@@ -211,18 +219,34 @@ impl InlineCommit {
     }
 
     /// One chunk per (table, schema version, begin snapshot) this commit
-    /// inserted, numbered after the chunks already there.
-    async fn write_new_chunks(&mut self, writes: &mut WriteSet<'_>) -> Result<()> {
+    /// inserted, numbered after the chunks already there. A chunk beginning
+    /// at a snapshot nothing stored belongs to is the first of its begin,
+    /// which spares the usual insert (rows of the commit's own snapshot) a
+    /// scan.
+    async fn write_new_chunks(
+        &mut self,
+        writes: &mut WriteSet<'_>,
+        first_unwritten: i64,
+        newest: Option<i64>,
+    ) -> Result<()> {
         for ((table_id, version, begin), rows) in std::mem::take(&mut self.new_chunks) {
             if rows.is_empty() {
                 continue;
             }
+            if let Some(newest) = newest.filter(|newest| begin > *newest) {
+                return Err(Error::Constraint(format!(
+                    "ducklake_inlined_data_{table_id}_{version}: rows begin at snapshot {begin}, \
+                     after this commit's snapshot {newest}"
+                )));
+            }
             let mut seq = 0;
-            for key in writes
-                .live_keys(&begin_prefix(table_id, version, begin))
-                .await?
-            {
-                seq = seq.max(chunk_coordinates(&key)?.1 + 1);
+            if begin < first_unwritten {
+                for key in writes
+                    .live_keys(&begin_prefix(table_id, version, begin))
+                    .await?
+                {
+                    seq = seq.max(chunk_coordinates(&key)?.1 + 1);
+                }
             }
             writes.put(
                 chunk_key(table_id, version, begin, seq),

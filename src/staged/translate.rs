@@ -233,7 +233,11 @@ impl<'a> Translator<'a> {
         }
         self.check_embedded_deletes()?;
         let inline = std::mem::take(&mut self.inline);
-        inline.finish(&mut self.writes).await?;
+        let newest = self.minted.or(self.head.map(|h| h.snapshot_id));
+        let first_unwritten = self.first_unwritten_snapshot();
+        inline
+            .finish(&mut self.writes, first_unwritten, newest)
+            .await?;
         let outcome = self.advance_head(ops).await?;
         self.writes.write_into()?;
         Ok(outcome)
@@ -269,6 +273,14 @@ impl<'a> Translator<'a> {
             self.writes.read_ahead(prefix).await?;
         }
         Ok(())
+    }
+
+    /// The lowest snapshot id that nothing stored belongs to. Every commit
+    /// mints at most the snapshot one above the head it read
+    /// ([`Translator::advance_head`]) and writes nothing that begins after
+    /// its own snapshot, so no record names a snapshot above the head.
+    fn first_unwritten_snapshot(&self) -> i64 {
+        self.head.map_or(0, |h| h.snapshot_id + 1)
     }
 
     /// A new record, placed after every record already in its table.
@@ -356,7 +368,9 @@ impl<'a> Translator<'a> {
                     .as_int()
                     .ok_or_else(|| Error::Constraint("snapshot_id must not be NULL".into()))?;
                 let key = catalog::location(kind, row)?;
-                if self.writes.exists(&key).await? {
+                // Above the head nothing is stored, and a commit's snapshot
+                // is always there: the common case needs no read.
+                if id < self.first_unwritten_snapshot() && self.writes.exists(&key).await? {
                     return Err(Error::Conflict(format!("snapshot {id} already exists")));
                 }
                 if let Some(previous) = self.minted.replace(id) {
