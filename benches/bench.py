@@ -5,6 +5,7 @@ DuckLake extension. Back-ends are interleaved within each repetition; the report
 ratio column (moraine / peer), and writes JSON under target/bench/."""
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -178,26 +179,51 @@ def cold_attach_once_ms(backend, t, kind):
         con.close()
 
 
-def cold_attaches_ms(backends_, lakes, kind):
+def cold_attaches_ms(backends_, lakes, kind, early_copies=None):
     """The median of ATTACH_SAMPLES cold attaches of each back-end's lake, whole and by phase. The back-ends
     take turns sample by sample, the order rotating, so a slow minute of this shared VM lands on all of them
-    alike. Returns ({name: median}, {name: {phase: median}}, {name: the error that stopped its samples},
+    alike. `early_copies` ({name: directory}) adds, to each round, a cold attach of that back-end's lake as it
+    was after EARLY_HISTORY commits, reported under "<name>@early": the copy is moved to the lake's own
+    path for the sample (a DuckLake catalog records its data path), outside the timed statements.
+    Returns ({name: median}, {name: {phase: median}}, {name: the error that stopped its samples},
     {name: every sample's whole, in round order})."""
-    samples, failed = {b.name: [] for b in backends_}, {}
+    early_copies = early_copies or {}
+    turns = [(b.name, b, None) for b in backends_]
+    turns += [(b.name + "@early", b, early_copies[b.name]) for b in backends_ if b.name in early_copies]
+    samples, failed = {key: [] for key, _, _ in turns}, {}
     for k in range(ATTACH_SAMPLES):
-        for b in rotated(backends_, k):
-            if b.name in failed:
+        for key, b, copy in rotated(turns, k):
+            if key in failed:
                 continue
             try:
-                samples[b.name].append(cold_attach_once_ms(b, lakes[b.name], kind))
+                if copy is None:
+                    samples[key].append(cold_attach_once_ms(b, lakes[b.name], kind))
+                else:
+                    with swapped_in(copy, lakes[b.name]):
+                        samples[key].append(cold_attach_once_ms(b, lakes[b.name], kind))
             except Exception as e:  # noqa: BLE001 - reported by the caller
-                failed[b.name] = e
+                failed[key] = e
     kept = {name: v for name, v in samples.items() if name not in failed}
     whole = {name: statistics.median(sum(p.values()) for p in v) for name, v in kept.items()}
     phases = {name: {phase: statistics.median(p[phase] for p in v) for phase in ATTACH_PHASES}
               for name, v in kept.items()}
     rounds = {name: [sum(p.values()) for p in v] for name, v in kept.items()}
     return whole, phases, failed, rounds
+
+
+@contextlib.contextmanager
+def swapped_in(copy, path):
+    """The directory `copy` at `path` for the block, and `path`'s own directory aside; both back after."""
+    aside = path + ".aside"
+    os.rename(path, aside)
+    try:
+        os.rename(copy, path)
+        try:
+            yield
+        finally:
+            os.rename(path, copy)
+    finally:
+        os.rename(aside, path)
 
 
 def run_growth(backends_, scale, tmp_root, kind, skipped):
@@ -208,7 +234,7 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
     fails is named in `skipped` and left out."""
     n = scale["growth"]
     parquet_only = kind == "parquet"
-    lakes, cons, lat, early = {}, {}, {}, {}
+    lakes, cons, lat, early, early_copies = {}, {}, {}, {}, {}
 
     def drop(name, e):
         skipped[name] = "failed: %s" % str(e).splitlines()[0]
@@ -235,6 +261,11 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
             for name, e in failed.items():
                 drop(name, e)
             names = list(early)
+            # Kept as it is now, to be attached again beside the grown lake in the same minutes.
+            for name in names:
+                if by_name[name].copyable:
+                    early_copies[name] = lakes[name] + ".early"
+                    shutil.copytree(lakes[name], early_copies[name])
             for name in names:
                 cons[name] = by_name[name].connect(lakes[name], parquet_only=parquet_only)
         names = list(cons)
@@ -246,9 +277,16 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
     names = list(cons)
     for name in names:
         cons.pop(name).close()
-    attach, attach_phases, failed, attach_rounds = cold_attaches_ms([by_name[name] for name in names], lakes, kind)
+    attach, attach_phases, failed, attach_rounds = cold_attaches_ms(
+        [by_name[name] for name in names], lakes, kind, {n: c for n, c in early_copies.items() if n in names})
     for name, e in failed.items():
+        # An early copy that fails loses its own figure only, reported as skipped under its name.
         drop(name, e)
+    # The early lake attached in the same rounds as the grown one: growth with the machine's drift divided out.
+    again = {name: (attach.pop(name + "@early"), attach_rounds.pop(name + "@early"))
+             for name in names if name + "@early" in attach}
+    for name in names:
+        attach_phases.pop(name + "@early", None)
     for name in list(attach):
         try:
             if by_name[name].copyable:
@@ -281,10 +319,12 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
     return {name: (lat[name], {"attach_early_ms": early[name], "attach_ms": attach[name],
                                "attach_early_phases_ms": early_phases[name],
                                "attach_phases_ms": attach_phases[name],
+                               **({"attach_early_again_ms": again[name][0]} if name in again else {}),
                                "expire_ms": statistics.median(expire[name]),
                                "cleanup_ms": statistics.median(cleanup[name]),
                                "rounds": {"attach_ms": attach_rounds[name], "expire_ms": expire[name],
-                                          "cleanup_ms": cleanup[name]}})
+                                          "cleanup_ms": cleanup[name],
+                                          **({"attach_early_again_ms": again[name][1]} if name in again else {})}})
             for name in attach}
 
 
@@ -337,6 +377,16 @@ def growth_report(curves, after, scale):
                 "%12s" % "/".join("%.0f" % after[kind][b][metric][p] for p in ATTACH_PHASES) for b in names))
         growth = {b: after[kind][b]["attach_ms"] / after[kind][b]["attach_early_ms"] for b in names}
         print("%-18s" % ("attach h%d/h%d" % (n, EARLY_HISTORY)) + "".join("%12.2f" % growth[b] for b in names))
+        # The lake as it was after EARLY_HISTORY commits, attached again in the grown lake's rounds.
+        again = {b: after[kind][b].get("attach_early_again_ms") for b in names}
+        print("%-18s" % ("  h%d again" % EARLY_HISTORY) + "".join(
+            "%12s" % ("-" if again[b] is None else "%.1f" % again[b]) for b in names))
+        print("%-18s" % ("  h%d/h%d same" % (n, EARLY_HISTORY)) + "".join(
+            "%12s" % ("-" if again[b] is None else "%.2f" % (after[kind][b]["attach_ms"] / again[b])) for b in names))
+        print("%-18s" % "  paired" + "".join(
+            "%12s" % ("-" if again[b] is None else "%.2f" % statistics.median(
+                g / e for g, e in zip(after[kind][b]["rounds"]["attach_ms"],
+                                      after[kind][b]["rounds"]["attach_early_again_ms"]))) for b in names))
         report[kind] = {"first_ms": first, "last_ms": last, "after": after[kind],
                         "buckets": {b: [statistics.median(curves[kind][b][lo:lo + bucket])
                                         for lo in range(0, n, bucket)] for b in names}}
