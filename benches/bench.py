@@ -196,11 +196,8 @@ def cold_attaches_ms(backends_, lakes, kind, early_copies=None):
             if key in failed:
                 continue
             try:
-                if copy is None:
+                with contextlib.nullcontext() if copy is None else swapped_in(copy, lakes[b.name]):
                     samples[key].append(cold_attach_once_ms(b, lakes[b.name], kind))
-                else:
-                    with swapped_in(copy, lakes[b.name]):
-                        samples[key].append(cold_attach_once_ms(b, lakes[b.name], kind))
             except Exception as e:  # noqa: BLE001 - reported by the caller
                 failed[key] = e
     kept = {name: v for name, v in samples.items() if name not in failed}
