@@ -106,3 +106,69 @@ def test_a_cold_attach_and_its_first_queries_read_every_table_from_the_image(tmp
         from_records = int(stats(con)["tables_read_from_records"])
         con.close()
         assert from_records == 0, "session %d read %d tables from their records" % (session, from_records)
+
+
+LONG_HISTORY = 1000
+
+
+def compacted_files(tmp):
+    """{path: bytes} of every SST the store's compactions and flushes wrote, for the ones not yet collected."""
+    found = {}
+    for folder, _, names in os.walk(os.path.join(tmp, "catalog")):
+        if os.path.basename(folder) == "compacted":
+            for name in names:
+                if name.endswith(".sst"):
+                    path = os.path.join(folder, name)
+                    found[path] = os.path.getsize(path)
+    return found
+
+
+def test_a_detach_writes_what_its_session_added_and_the_image_stays_whole(tmp):
+    """Design 0021: a session that inserts a row and detaches keeps the image's parts and writes the rows it
+    added, and its merge leaves the oldest run out, so what a detach writes does not grow with the catalog.
+    Every later attach still reads the whole table, from the image, and a delete rewrites the table whole."""
+    harness.require_extension("moraine")
+    con = harness.connect()
+    attach(con, tmp)
+    con.execute("CREATE TABLE lake.t (x BIGINT)")
+    expected = list(range(LONG_HISTORY))
+    for i in expected:
+        con.execute("INSERT INTO lake.t VALUES (%d)" % i)
+    con.close()
+
+    def session(insert=None, delete=None):
+        con = harness.connect()
+        attach(con, tmp)
+        if insert is not None:
+            # Inserts without reading first: the table is carried as its parts plus the appended rows.
+            con.execute("INSERT INTO lake.t VALUES (%d)" % insert)
+            expected.append(insert)
+        if delete is not None:
+            con.execute("DELETE FROM lake.t WHERE x = %d" % delete)
+            expected.remove(delete)
+        con.close()
+        con = harness.connect()
+        attach(con, tmp)
+        rows = [r[0] for r in con.execute("SELECT x FROM lake.t ORDER BY x").fetchall()]
+        read = keys_read(con)
+        con.close()
+        assert rows == sorted(expected)
+        # The reading session took everything from the image: far fewer keys than records.
+        assert read < COMMITS // 2, read
+
+    # The first detaches after the long session may write the image whole and merge it into the oldest run.
+    for k in range(3):
+        session(insert=LONG_HISTORY + k)
+    seen = compacted_files(tmp)
+    catalog = max(seen.values())
+    written = []
+    for k in range(9):
+        session(insert=LONG_HISTORY + 3 + k)
+        now = compacted_files(tmp)
+        written.append(sum(size for path, size in now.items() if path not in seen))
+        seen = now
+    print("catalog run %d bytes; bytes nine one-row sessions wrote into SSTs: %s" % (catalog, written))
+    # Writing the image whole, or merging into the oldest run, wrote about the catalog at every detach.
+    assert max(written) * 4 < catalog and sum(written) < catalog, (catalog, written)
+    session(delete=5)
+    session(insert=10_000)

@@ -15,13 +15,14 @@
 //! image simply goes stale ([design 0012](../../docs/design/0012-head-image.md)).
 
 use super::rows::PackedBuilder;
-use super::{Head, Rows, TableRef};
+use super::{Head, Row, Rows, TableRef};
 use crate::error::{Error, Result};
 use crate::store::keys::{self, Subspace};
 use crate::store::value::{frame, put_cell, put_varint, unframe, Reader};
 use crate::store::{ReadView, Store};
 use bytes::Bytes;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 /// A key and the value written under it.
@@ -47,6 +48,11 @@ impl Replacement {
 /// The frame tag of an image part.
 pub const IMAGE_TAG: u8 = 0xf2;
 
+/// The most rows an attach keeps as appended to an imaged table it has not
+/// read; past them the table is read from its records when asked for, and
+/// imaged whole at the detach.
+const MAX_APPENDED_ROWS: usize = 4096;
+
 /// A part holds rows up to about this many bytes, so that no single value
 /// grows with the catalog.
 const PART_BYTES: usize = 1 << 20;
@@ -71,30 +77,71 @@ pub fn stamp_key() -> Vec<u8> {
     keys::prefix(Subspace::Image, None)
 }
 
-/// What a stamp says: the head, and each imaged table's part count.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Stamp {
-    head: Head,
-    contents: HashMap<String, u32>,
+/// One part of a table's image as the stamp names it: the number in its key
+/// and the head it was written at, which its header repeats. A part is used
+/// only under a stamp that names it so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartId {
+    pub number: u32,
+    pub head: Head,
 }
 
-/// An image value's frame and the head it was taken at: how the stamp and
-/// every part begin ([`read_head_cells`] reads it back).
-fn framed_with_head(head: Head) -> Vec<u8> {
-    let mut value = frame(IMAGE_TAG);
-    put_cell(&mut value, &super::Cell::Int(head.snapshot_id));
-    put_cell(&mut value, &super::Cell::Int(head.batch_count));
+/// A part that rows were read from, and what it held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadPart {
+    pub id: PartId,
+    pub rows: usize,
+    /// The part's whole value.
+    pub bytes: usize,
+}
+
+/// What a stamp says: the head it was written at, and each imaged table's
+/// parts in row order. Parts written at earlier heads stay named as long as
+/// the rows they hold are the table's leading rows: a writer whose session
+/// only appended to a table writes the appended rows, not the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp {
+    head: Head,
+    contents: HashMap<String, Vec<PartId>>,
+}
+
+impl Stamp {
+    /// The head the image was taken at.
+    pub fn head(&self) -> Head {
+        self.head
+    }
+}
+
+/// The frame tag of the stamp. Stamps of the earlier layout (a part count
+/// per table, every part at the stamp's head) carry [`IMAGE_TAG`] and read
+/// as stale.
+pub const STAMP_TAG: u8 = 0xf4;
+
+/// A value's frame and the head it was taken at: how the stamp and every
+/// part begin ([`read_head_cells`] reads it back).
+fn framed_with_head(tag: u8, head: Head) -> Vec<u8> {
+    let mut value = frame(tag);
+    put_head(&mut value, head);
     value
 }
 
+fn put_head(value: &mut Vec<u8>, head: Head) {
+    put_cell(value, &super::Cell::Int(head.snapshot_id));
+    put_cell(value, &super::Cell::Int(head.batch_count));
+}
+
 fn encode_stamp(stamp: &Stamp) -> Vec<u8> {
-    let mut value = framed_with_head(stamp.head);
-    let mut names: Vec<(&String, &u32)> = stamp.contents.iter().collect();
-    names.sort();
+    let mut value = framed_with_head(STAMP_TAG, stamp.head);
+    let mut names: Vec<(&String, &Vec<PartId>)> = stamp.contents.iter().collect();
+    names.sort_by(|a, b| a.0.cmp(b.0));
     put_varint(&mut value, names.len() as u64);
     for (name, parts) in names {
         put_cell(&mut value, &super::Cell::Text(name.clone()));
-        put_varint(&mut value, u64::from(*parts));
+        put_varint(&mut value, parts.len() as u64);
+        for part in parts {
+            put_varint(&mut value, u64::from(part.number));
+            put_head(&mut value, part.head);
+        }
     }
     value
 }
@@ -111,15 +158,14 @@ fn read_head_cells(r: &mut Reader<'_>) -> Result<Head> {
     })
 }
 
-/// A stamp, or `None` for one whose image predates the table of contents
-/// (a head alone): that image is whole, and stale to this layout.
-fn decode_stamp(value: &[u8]) -> Result<Option<Stamp>> {
-    let (_, payload) = unframe(IMAGE_TAG, value)?;
+fn read_u32(r: &mut Reader<'_>, what: &str) -> Result<u32> {
+    u32::try_from(r.varint()?).map_err(|_| Error::corruption(format!("image {what} out of range")))
+}
+
+fn decode_stamp(value: &[u8]) -> Result<Stamp> {
+    let (_, payload) = unframe(STAMP_TAG, value)?;
     let mut r = Reader::new(payload);
     let head = read_head_cells(&mut r)?;
-    if r.remaining() == 0 {
-        return Ok(None);
-    }
     let tables = r.varint()?;
     let mut contents = HashMap::new();
     for _ in 0..tables {
@@ -131,24 +177,31 @@ fn decode_stamp(value: &[u8]) -> Result<Option<Stamp>> {
                 ))
             }
         };
-        let parts = u32::try_from(r.varint()?)
-            .map_err(|_| Error::corruption("image part count out of range"))?;
+        let count = read_u32(&mut r, "part count")?;
+        let mut parts = Vec::new();
+        for _ in 0..count {
+            let number = read_u32(&mut r, "part number")?;
+            parts.push(PartId {
+                number,
+                head: read_head_cells(&mut r)?,
+            });
+        }
         contents.insert(name, parts);
     }
     r.finish()?;
-    Ok(Some(Stamp { head, contents }))
+    Ok(Stamp { head, contents })
 }
 
 async fn read_stamp(store: &Store, view: &ReadView) -> Result<Option<Stamp>> {
     let value = store.get(view, &stamp_key()).await?;
-    Ok(value.and_then(|v| decode_stamp(&v).ok().flatten()))
+    Ok(value.and_then(|v| decode_stamp(&v).ok()))
 }
 
-/// The head the store's image was taken at; `None` without an image, or
-/// with a stamp that does not decode or that an earlier layout wrote: such
-/// an image is stale, and the next detach replaces it.
-pub async fn stamp(store: &Store, view: &ReadView) -> Result<Option<Head>> {
-    Ok(read_stamp(store, view).await?.map(|stamp| stamp.head))
+/// The store's stamp; `None` without an image, or with a stamp that does
+/// not decode or that an earlier layout wrote: such an image is stale, and
+/// the next detach replaces it.
+pub async fn current(store: &Store, view: &ReadView) -> Result<Option<Stamp>> {
+    read_stamp(store, view).await
 }
 
 /// The prefix of every part of `table`'s image.
@@ -174,10 +227,9 @@ pub fn decode_key(key: &[u8]) -> Result<(String, u32)> {
     }
 }
 
-/// The head and part count a part carries, and its rows' bytes.
+/// The head a part was written at, and its rows' bytes.
 struct PartHeader<'a> {
     head: Head,
-    parts: u32,
     rows: usize,
     payload: Reader<'a>,
 }
@@ -186,24 +238,28 @@ fn read_header(value: &[u8]) -> Result<PartHeader<'_>> {
     let (_, payload) = unframe(IMAGE_TAG, value)?;
     let mut r = Reader::new(payload);
     let head = read_head_cells(&mut r)?;
-    let parts = u32::try_from(r.varint()?)
-        .map_err(|_| Error::corruption("image part count out of range"))?;
     let rows = r.length()?;
     Ok(PartHeader {
         head,
-        parts,
         rows,
         payload: r,
     })
 }
 
-/// The parts of `table`'s image at `head`: `(key, value)` pairs.
-pub fn encode(table: TableRef, head: Head, rows: &Rows) -> Vec<Entry> {
+/// Rows `range` of `rows` as parts of `table`'s image written at `head`,
+/// numbered from `first`: each part's id and its `(key, value)`.
+fn encode_range(
+    table: TableRef,
+    head: Head,
+    rows: &Rows,
+    range: Range<usize>,
+    first: u32,
+) -> Vec<(PartId, Entry)> {
     let mut chunks: Vec<Vec<u8>> = Vec::new();
     let mut counts: Vec<usize> = Vec::new();
     let mut current = Vec::new();
     let mut in_current = 0;
-    for row in 0..rows.len() {
+    for row in range {
         rows.put_row(row, &mut current);
         in_current += 1;
         if current.len() >= PART_BYTES {
@@ -215,18 +271,26 @@ pub fn encode(table: TableRef, head: Head, rows: &Rows) -> Vec<Entry> {
         chunks.push(current);
         counts.push(in_current);
     }
-    let parts = chunks.len() as u64;
     chunks
         .into_iter()
         .zip(counts)
-        .enumerate()
-        .map(|(i, (body, count))| {
-            let mut value = framed_with_head(head);
-            put_varint(&mut value, parts);
+        .zip(first..)
+        .map(|((body, count), number)| {
+            let id = PartId { number, head };
+            let mut value = framed_with_head(IMAGE_TAG, head);
             put_varint(&mut value, count as u64);
             value.extend_from_slice(&body);
-            (part_key(table, i as u32), value)
+            (id, (part_key(table, number), value))
         })
+        .collect()
+}
+
+/// The parts of `table`'s image at `head`: `(key, value)` pairs.
+#[cfg(test)]
+fn encode(table: TableRef, head: Head, rows: &Rows) -> Vec<Entry> {
+    encode_range(table, head, rows, 0..rows.len(), 0)
+        .into_iter()
+        .map(|(_, entry)| entry)
         .collect()
 }
 
@@ -238,11 +302,12 @@ pub fn encode(table: TableRef, head: Head, rows: &Rows) -> Vec<Entry> {
 /// image's bytes) would hold it up.
 #[derive(Debug, Default)]
 pub struct Images {
-    contents: HashMap<String, u32>,
+    contents: HashMap<String, Vec<PartId>>,
     read: Mutex<HashMap<String, Arc<[Bytes]>>>,
-    /// The head the parts were taken at, when the image was carried to a
-    /// later head across commits that changed none of the tables it keeps.
-    taken_at: Option<Head>,
+    /// The rows this process's commits appended to a table since the image
+    /// was taken, while appending is all they did to it: the table is its
+    /// parts' rows and these.
+    appended: HashMap<String, Vec<Row>>,
 }
 
 impl Images {
@@ -265,25 +330,38 @@ impl Images {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// This image at the head after a commit, keeping only the tables
-    /// `unchanged` accepts: their rows at the new head are the ones taken.
-    pub fn carried(&self, taken_at: Head, unchanged: impl Fn(&str) -> bool) -> Images {
-        let read = self
-            .read_parts()
-            .iter()
-            .filter(|(name, _)| unchanged(name))
-            .map(|(name, parts)| (name.clone(), parts.clone()))
-            .collect();
-        Images {
-            contents: self
-                .contents
-                .iter()
-                .filter(|(name, _)| unchanged(name))
-                .map(|(name, parts)| (name.clone(), *parts))
-                .collect(),
-            read: Mutex::new(read),
-            taken_at: Some(self.taken_at.unwrap_or(taken_at)),
+    /// This image at the head after a commit. `added` tells, for each
+    /// table, the rows the commit appended to it (none for a table it left
+    /// alone), or `None` when it changed the table otherwise: such a table
+    /// is dropped, as is one appended to past [`MAX_APPENDED_ROWS`]. Taken
+    /// whole when no reader shares it, so a commit costs what it appended.
+    pub fn carried(images: Arc<Images>, added: impl Fn(&str) -> Option<Vec<Row>>) -> Images {
+        let mut carried = Arc::try_unwrap(images).unwrap_or_else(|shared| Images {
+            contents: shared.contents.clone(),
+            read: Mutex::new(shared.read_parts().clone()),
+            appended: shared.appended.clone(),
+        });
+        let mut dropped = Vec::new();
+        for name in carried.contents.keys() {
+            match added(name) {
+                Some(added) if added.is_empty() => {}
+                Some(added) => {
+                    let appended = carried.appended.entry(name.clone()).or_default();
+                    appended.extend(added);
+                    if appended.len() > MAX_APPENDED_ROWS {
+                        dropped.push(name.clone());
+                    }
+                }
+                None => dropped.push(name.clone()),
+            }
         }
+        let read = carried.read.get_mut().unwrap_or_else(|p| p.into_inner());
+        for name in &dropped {
+            carried.contents.remove(name);
+            carried.appended.remove(name);
+            read.remove(name);
+        }
+        carried
     }
 
     /// Whether the image has parts of `table`.
@@ -291,21 +369,22 @@ impl Images {
         self.contents.contains_key(&table.name())
     }
 
-    /// `table`'s rows, packed, when its image is whole, taken at `head`,
-    /// and every row has `width` cells; `None` otherwise. The parts are read
-    /// through `view` the first time. An image that fails to decode, or
-    /// whose parts another writer's image has since replaced, is not an
-    /// error: the records are the truth.
+    /// `table`'s rows, packed, when every part the stamp names for it is
+    /// there as named, every row has `width` cells and `in_order` accepts
+    /// the rows appended since after the parts' last row; `None` otherwise.
+    /// The parts are read through `view` the first time. An image that
+    /// fails to decode, or whose parts another writer's image has since
+    /// replaced, is not an error: the records are the truth.
     pub async fn rows(
         &self,
         store: &Store,
         view: &ReadView,
         table: TableRef,
-        head: Head,
         width: usize,
+        in_order: impl FnOnce(Option<Row>, &[&Row]) -> bool,
     ) -> Result<Option<Rows>> {
         let name = table.name();
-        let Some(&count) = self.contents.get(&name) else {
+        let Some(ids) = self.contents.get(&name) else {
             return Ok(None);
         };
         let known = self.read_parts().get(&name).cloned();
@@ -313,20 +392,29 @@ impl Images {
             Some(parts) => parts,
             None => {
                 let mut parts = Vec::new();
-                for part in 0..count {
-                    match store.get(view, &part_key(table, part)).await? {
+                for id in ids {
+                    match store.get(view, &part_key(table, id.number)).await? {
                         Some(value) => parts.push(value),
                         None => return Ok(None),
                     }
                 }
                 let parts: Arc<[Bytes]> = parts.into();
-                self.read_parts().insert(name, parts.clone());
+                self.read_parts().insert(name.clone(), parts.clone());
                 parts
             }
         };
-        Ok(decode_parts(&parts, self.taken_at.unwrap_or(head), width)
-            .ok()
-            .flatten())
+        let Some(mut rows) = decode_parts(&parts, ids, width).ok().flatten() else {
+            return Ok(None);
+        };
+        if let Some(appended) = self.appended.get(&name) {
+            let appended: Vec<&Row> = appended.iter().collect();
+            let last = rows.len().checked_sub(1).and_then(|at| rows.row(at));
+            if !in_order(last, &appended) {
+                return Ok(None);
+            }
+            rows.extend(appended);
+        }
+        Ok(Some(rows))
     }
 }
 
@@ -344,44 +432,114 @@ pub fn check_part(key: &[u8], value: &[u8]) -> Result<()> {
     header.payload.finish()
 }
 
-/// A table's rows from its parts, in part order.
-fn decode_parts(parts: &[Bytes], head: Head, width: usize) -> Result<Option<Rows>> {
+/// A table's rows from the parts `ids` name, in their order; `None` when a
+/// part is not the one named.
+fn decode_parts(parts: &[Bytes], ids: &[PartId], width: usize) -> Result<Option<Rows>> {
+    if parts.len() != ids.len() {
+        return Ok(None);
+    }
     let mut rows = PackedBuilder::new(width);
-    for value in parts {
+    for (value, id) in parts.iter().zip(ids) {
         let header = read_header(value)?;
-        if header.head != head || header.parts as usize != parts.len() {
+        if header.head != id.head {
             return Ok(None);
         }
         let at = value.len() - header.payload.remaining();
-        if !rows.add_part(value.clone(), at, header.rows)? {
+        if !rows.add_part(*id, value.clone(), at, header.rows)? {
             return Ok(None);
         }
     }
     Ok(Some(rows.finish()))
 }
 
-/// What taking an image at `head` writes: its stamp and the parts of
-/// every table of `tables`, and deletes of every other part `existing`
-/// holds.
-pub fn replacement(head: Head, tables: &[TableRows], existing: &[Vec<u8>]) -> Replacement {
+/// How many times a part must hold the bytes of the one after it to stay
+/// apart from it when a writer appends. Appended parts merge like a binary
+/// counter: each appended row is rewritten a few times at most, a table's
+/// image is a few parts beyond its full ones, and a detach after one commit
+/// writes about what the commit added, not the table.
+const TAIL_PART_RATIO: usize = 2;
+
+/// How `table`'s next image is made: the parts of the present one its
+/// leading rows were read from, when `current` (the stamp's list) still
+/// names exactly those, less the smaller parts at their end, then the rows
+/// after what is kept, to write; otherwise no part kept and every row
+/// written.
+fn plan(rows: &Rows, current: Option<&Vec<PartId>>) -> (Vec<ReadPart>, Range<usize>) {
+    let read = rows.image_parts();
+    let read_rows: usize = read.iter().map(|part| part.rows).sum();
+    let reusable = current.is_some_and(|current| {
+        read.len() == current.len() && read.iter().zip(current).all(|(part, id)| part.id == *id)
+    });
+    if read.is_empty() || !reusable || read_rows > rows.len() {
+        return (Vec::new(), 0..rows.len());
+    }
+    let mut kept = read.to_vec();
+    let mut start = read_rows;
+    let mut tail_bytes: usize = (start..rows.len())
+        .map(|row| {
+            let mut encoded = Vec::new();
+            rows.put_row(row, &mut encoded);
+            encoded.len()
+        })
+        .sum();
+    if tail_bytes == 0 {
+        return (kept, start..start);
+    }
+    while let Some(before) = kept.last() {
+        if before.bytes >= PART_BYTES || before.bytes >= TAIL_PART_RATIO * tail_bytes {
+            break;
+        }
+        start -= before.rows;
+        tail_bytes += before.bytes;
+        kept.pop();
+    }
+    (kept, start..rows.len())
+}
+
+/// What taking an image at `head` writes: its stamp and the parts of every
+/// table of `tables` that `current` (the store's stamp) does not already
+/// hold, and deletes of every other part `existing` holds.
+pub fn replacement(
+    head: Head,
+    tables: &[TableRows],
+    existing: &[Vec<u8>],
+    current: Option<&Stamp>,
+) -> Replacement {
     let mut stamp = Stamp {
         head,
         contents: HashMap::new(),
     };
     let mut parts = Vec::new();
+    let mut kept: HashSet<Vec<u8>> = HashSet::new();
     for (table, rows) in tables {
-        let encoded = encode(*table, head, rows);
-        stamp.contents.insert(table.name(), encoded.len() as u32);
-        parts.extend(encoded);
+        let name = table.name();
+        let (kept_parts, written) = plan(rows, current.and_then(|stamp| stamp.contents.get(&name)));
+        let mut ids = Vec::new();
+        for part in &kept_parts {
+            kept.insert(part_key(*table, part.id.number));
+            ids.push(part.id);
+        }
+        // An unchanged table keeps its parts; an empty one has one empty part.
+        if kept_parts.is_empty() || !written.is_empty() {
+            let first = kept_parts
+                .iter()
+                .map(|part| part.id.number + 1)
+                .max()
+                .unwrap_or(0);
+            for (id, entry) in encode_range(*table, head, rows, written, first) {
+                ids.push(id);
+                parts.push(entry);
+            }
+        }
+        stamp.contents.insert(name, ids);
     }
     let puts: Vec<Entry> = std::iter::once((stamp_key(), encode_stamp(&stamp)))
         .chain(parts)
         .collect();
-    let written: std::collections::HashSet<&[u8]> =
-        puts.iter().map(|(key, _)| key.as_slice()).collect();
+    let written: HashSet<&[u8]> = puts.iter().map(|(key, _)| key.as_slice()).collect();
     let deletes = existing
         .iter()
-        .filter(|key| !written.contains(key.as_slice()))
+        .filter(|key| !written.contains(key.as_slice()) && !kept.contains(*key))
         .cloned()
         .collect();
     Replacement { puts, deletes }
@@ -391,6 +549,7 @@ pub fn replacement(head: Head, tables: &[TableRows], existing: &[Vec<u8>]) -> Re
 mod tests {
     use super::*;
     use crate::catalog::{Cell, Kind, Row};
+    use std::collections::BTreeMap;
 
     fn head(batch_count: i64) -> Head {
         Head {
@@ -400,81 +559,104 @@ mod tests {
     }
 
     fn rows(n: i64) -> Vec<Row> {
-        (0..n)
-            .map(|i| vec![Cell::Int(i), Cell::Text(format!("row {i}")), Cell::Null])
-            .collect()
+        (0..n).map(row).collect()
     }
 
-    /// `table`'s rows from the parts among `entries`, in key order, as an
-    /// attach reads them.
-    fn decoded(entries: Vec<Entry>, table: TableRef, head: Head, width: usize) -> Option<Rows> {
-        let mut parts: Vec<(u32, Bytes)> = entries
-            .into_iter()
-            .filter_map(|(key, value)| match decode_key(&key) {
-                Ok((name, part)) if name == table.name() => Some((part, Bytes::from(value))),
-                _ => None,
-            })
-            .collect();
-        parts.sort_by_key(|(part, _)| *part);
-        if parts.is_empty()
-            || parts
-                .iter()
-                .enumerate()
-                .any(|(i, (part, _))| *part as usize != i)
-        {
-            return None;
+    fn row(i: i64) -> Row {
+        vec![Cell::Int(i), Cell::Text(format!("row {i}")), Cell::Null]
+    }
+
+    /// The image values a store holds, as detaches write and delete them.
+    #[derive(Default)]
+    struct Stored(BTreeMap<Vec<u8>, Vec<u8>>);
+
+    impl Stored {
+        /// Takes an image of `tables` at `head` over what is stored; returns
+        /// the bytes it wrote.
+        fn take(&mut self, head: Head, tables: &[TableRows]) -> usize {
+            let existing: Vec<Vec<u8>> = self.0.keys().cloned().collect();
+            let current = self.0.get(&stamp_key()).and_then(|v| decode_stamp(v).ok());
+            let image = replacement(head, tables, &existing, current.as_ref());
+            let bytes = image.bytes();
+            for key in image.deletes {
+                self.0.remove(&key);
+            }
+            self.0.extend(image.puts);
+            bytes
         }
-        let parts: Vec<Bytes> = parts.into_iter().map(|(_, value)| value).collect();
-        decode_parts(&parts, head, width).ok().flatten()
+
+        fn stamp(&self) -> Stamp {
+            decode_stamp(&self.0[&stamp_key()]).unwrap()
+        }
+
+        /// `table`'s rows as an attach reads them.
+        fn read(&self, table: TableRef, width: usize) -> Option<Rows> {
+            let ids = self.stamp().contents.get(&table.name())?.clone();
+            let parts: Option<Vec<Bytes>> = ids
+                .iter()
+                .map(|id| {
+                    self.0
+                        .get(&part_key(table, id.number))
+                        .map(|v| Bytes::from(v.clone()))
+                })
+                .collect();
+            decode_parts(&parts?, &ids, width).ok().flatten()
+        }
+
+        fn parts_of(&self, table: TableRef) -> usize {
+            self.stamp().contents[&table.name()].len()
+        }
+    }
+
+    fn one(table: TableRef, rows: Rows) -> Vec<TableRows> {
+        vec![(table, Arc::new(rows))]
     }
 
     #[test]
     fn an_image_round_trips_across_parts() {
         let table = TableRef::Fixed(Kind::Snapshot);
         let many = rows(100_000);
-        let parts = encode(table, head(7), &Rows::from(many.clone()));
-        assert!(parts.len() > 1, "{} parts", parts.len());
-        assert_eq!(decoded(parts, table, head(7), 3), Some(Rows::from(many)));
+        let mut stored = Stored::default();
+        stored.take(head(7), &one(table, Rows::from(many.clone())));
+        assert!(
+            stored.parts_of(table) > 1,
+            "{} parts",
+            stored.parts_of(table)
+        );
+        assert_eq!(stored.read(table, 3), Some(Rows::from(many)));
     }
 
     #[test]
-    fn an_image_of_another_head_a_missing_part_or_another_shape_is_not_used() {
+    fn a_part_of_another_head_a_missing_part_or_another_shape_is_not_used() {
         let table = TableRef::InlineData {
             table_id: 1,
             schema_version: 2,
         };
         let many = Rows::from(rows(100_000));
-        assert_eq!(
-            decoded(encode(table, head(7), &many), table, head(8), 3),
-            None
-        );
-        assert_eq!(
-            decoded(encode(table, head(7), &many), table, head(7), 4),
-            None
-        );
-        let mut parts = encode(table, head(7), &many);
-        parts.remove(0);
-        assert_eq!(decoded(parts, table, head(7), 3), None);
-        let other = TableRef::InlineDelete { table_id: 1 };
-        assert_eq!(
-            decoded(encode(table, head(7), &many), other, head(7), 3),
-            None
-        );
+        let parts = encode(table, head(7), &many);
+        let ids = |head: Head| -> Vec<PartId> {
+            (0..parts.len() as u32)
+                .map(|number| PartId { number, head })
+                .collect()
+        };
+        let values: Vec<Bytes> = parts.iter().map(|(_, v)| Bytes::from(v.clone())).collect();
+        assert!(decode_parts(&values, &ids(head(7)), 3).unwrap().is_some());
+        assert_eq!(decode_parts(&values, &ids(head(8)), 3).unwrap(), None);
+        assert_eq!(decode_parts(&values, &ids(head(7)), 4).unwrap(), None);
+        assert_eq!(decode_parts(&values[1..], &ids(head(7)), 3).unwrap(), None);
     }
 
     #[test]
     fn an_empty_table_has_one_empty_part() {
         let table = TableRef::Fixed(Kind::Tag);
-        let parts = encode(table, head(3), &Rows::from(Vec::new()));
-        assert_eq!(parts.len(), 1);
-        assert_eq!(
-            decoded(parts, table, head(3), 5),
-            Some(Rows::from(Vec::new()))
-        );
+        let mut stored = Stored::default();
+        stored.take(head(3), &one(table, Rows::from(Vec::new())));
+        assert_eq!(stored.parts_of(table), 1);
+        assert_eq!(stored.read(table, 5), Some(Rows::from(Vec::new())));
     }
 
     #[test]
-    fn a_new_image_deletes_the_parts_it_does_not_rewrite() {
+    fn a_new_image_deletes_the_parts_it_does_not_keep() {
         let big = TableRef::Fixed(Kind::Snapshot);
         let small = TableRef::Fixed(Kind::Schema);
         let gone = TableRef::InlineData {
@@ -483,10 +665,10 @@ mod tests {
         };
         let existing = vec![part_key(big, 0), part_key(big, 1), part_key(gone, 0)];
         let tables = vec![
-            (big, std::sync::Arc::new(Rows::from(rows(100)))),
-            (small, std::sync::Arc::new(Rows::from(rows(2)))),
+            (big, Arc::new(Rows::from(rows(100)))),
+            (small, Arc::new(Rows::from(rows(2)))),
         ];
-        let Replacement { puts, deletes } = replacement(head(4), &tables, &existing);
+        let Replacement { puts, deletes } = replacement(head(4), &tables, &existing, None);
         assert_eq!(
             puts.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
             vec![stamp_key(), part_key(big, 0), part_key(small, 0)]
@@ -495,29 +677,108 @@ mod tests {
     }
 
     #[test]
-    fn a_stamp_names_each_table_and_its_parts_and_an_older_one_reads_as_stale() {
+    fn a_stamp_names_each_tables_parts_and_an_earlier_layout_reads_as_stale() {
         let table = TableRef::Fixed(Kind::Snapshot);
         let tables = vec![(table, Arc::new(Rows::from(rows(100_000))))];
-        let Replacement { puts, .. } = replacement(head(4), &tables, &[]);
+        let Replacement { puts, .. } = replacement(head(4), &tables, &[], None);
         assert!(puts.len() > 2, "{} parts", puts.len() - 1);
-        let stamp = decode_stamp(&puts[0].1).unwrap().unwrap();
+        let stamp = decode_stamp(&puts[0].1).unwrap();
         assert_eq!(stamp.head, head(4));
-        assert_eq!(
-            stamp.contents,
-            HashMap::from([(table.name(), (puts.len() - 1) as u32)])
-        );
-        // Before the table of contents, a stamp held the head alone.
-        let older = framed_with_head(head(4));
-        assert_eq!(decode_stamp(&older).unwrap(), None);
-        assert!(check_part(&stamp_key(), &older).is_ok());
+        let named: Vec<PartId> = (0..puts.len() as u32 - 1)
+            .map(|number| PartId {
+                number,
+                head: head(4),
+            })
+            .collect();
+        assert_eq!(stamp.contents, HashMap::from([(table.name(), named)]));
+        // Before parts were named one by one, a stamp held a part count per
+        // table under the parts' own tag.
+        let mut earlier = framed_with_head(IMAGE_TAG, head(4));
+        put_varint(&mut earlier, 0);
+        assert!(decode_stamp(&earlier).is_err());
+        assert!(check_part(&stamp_key(), &earlier).is_err());
+        assert!(check_part(&stamp_key(), &puts[0].1).is_ok());
+    }
+
+    /// A session that only appends to a table read from the image writes
+    /// what it appended, merged with the smaller parts before it, and the
+    /// image reads back as the whole table.
+    #[test]
+    fn an_appended_table_keeps_its_parts_and_writes_about_what_was_added() {
+        let table = TableRef::Fixed(Kind::DataFile);
+        let mut stored = Stored::default();
+        let first = stored.take(head(1), &one(table, Rows::from(rows(20_000))));
+        let mut expected = rows(20_000);
+        let mut largest_append = 0;
+        for session in 0..200i64 {
+            let mut rows = stored.read(table, 3).unwrap();
+            assert!(!rows.image_parts().is_empty());
+            let added: Vec<Row> = (0..3).map(|k| row(1_000_000 + session * 3 + k)).collect();
+            rows.extend(added.iter());
+            expected.extend(added);
+            let written = stored.take(head(session + 2), &one(table, rows));
+            largest_append = largest_append.max(written);
+            assert_eq!(stored.read(table, 3), Some(Rows::from(expected.clone())));
+            assert!(
+                stored.parts_of(table) <= 16,
+                "{} parts",
+                stored.parts_of(table)
+            );
+        }
+        // A binary counter's carries: at most the whole tail at once, never
+        // the table's full parts.
+        assert!(largest_append < first, "{largest_append} of {first}");
+        // No stray parts are left behind.
+        let named = stored.parts_of(table);
+        assert_eq!(stored.0.len(), named + 1);
+    }
+
+    /// Rows changed other than by appends, rows not read from the image,
+    /// and an image another writer replaced are written whole.
+    #[test]
+    fn a_table_changed_otherwise_or_read_elsewhere_is_written_whole() {
+        let table = TableRef::Fixed(Kind::Snapshot);
+        let mut stored = Stored::default();
+        stored.take(head(1), &one(table, Rows::from(rows(50_000))));
+        let whole = stored.take(head(2), &one(table, Rows::from(rows(50_000))));
+        let read = stored.read(table, 3).unwrap();
+        let kept = read.kept(|at| at != 7);
+        let after_delete = stored.take(head(3), &one(table, kept.clone()));
+        assert!(after_delete * 10 > whole * 9, "{after_delete} of {whole}");
+        assert_eq!(stored.read(table, 3), Some(kept));
+        // Read before the image was replaced: its parts are no longer named.
+        let mut stale = Stored::default();
+        stale.take(head(3), &one(table, Rows::from(rows(50_000))));
+        let mut old = stale.read(table, 3).unwrap();
+        stored.take(head(4), &one(table, Rows::from(rows(10))));
+        old.extend([row(99)].iter());
+        let rewritten = stored.take(head(5), &one(table, old.clone()));
+        assert!(rewritten * 10 > whole * 9, "{rewritten} of {whole}");
+        assert_eq!(stored.read(table, 3), Some(old));
+    }
+
+    #[test]
+    fn an_unchanged_table_writes_only_the_stamp() {
+        let table = TableRef::Fixed(Kind::Snapshot);
+        let mut stored = Stored::default();
+        stored.take(head(1), &one(table, Rows::from(rows(50_000))));
+        let read = stored.read(table, 3).unwrap();
+        let parts = stored.parts_of(table);
+        let written = stored.take(head(2), &one(table, read));
+        assert!(written < 1_000, "{written}");
+        assert_eq!(stored.parts_of(table), parts);
+        assert_eq!(stored.read(table, 3), Some(Rows::from(rows(50_000))));
     }
 
     #[test]
     fn garbage_is_never_used_and_never_panics() {
-        let table = TableRef::Fixed(Kind::Snapshot);
-        let junk = vec![(part_key(table, 0), b"MRN\x02\xf2\xff\xff".to_vec())];
-        assert_eq!(decoded(junk, table, head(1), 3), None);
-        assert!(decode_stamp(b"MRN\x02\xf2\xff").is_err());
+        let junk = Bytes::from_static(b"MRN\x02\xf2\xff\xff");
+        let id = PartId {
+            number: 0,
+            head: head(1),
+        };
+        assert!(decode_parts(&[junk], &[id], 3).map_or(true, |rows| rows.is_none()));
+        assert!(decode_stamp(b"MRN\x02\xf4\xff").is_err());
         assert!(decode_key(b"\x07garbage").is_err());
     }
 }

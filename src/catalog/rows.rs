@@ -23,6 +23,7 @@
 //! every `ducklake_snapshot` row in every transaction, and on decoded rows
 //! that cost grew with history (2.2 % of a commit at 4,800 snapshots).
 
+use super::image::{PartId, ReadPart};
 use super::{Cell, Row};
 use crate::error::{Error, Result};
 use crate::store::value::{put_cell_ref, put_row, put_varint, CellRef, Reader};
@@ -106,6 +107,10 @@ impl ColumnStats {
 #[derive(Clone)]
 struct Packed {
     parts: Vec<Bytes>,
+    /// The image parts the leading rows were read from, in order, while
+    /// those rows are still exactly what the parts hold: appends keep it,
+    /// any other change makes rows without it.
+    from_image: Vec<ReadPart>,
     width: usize,
     /// The part each row is in.
     row_part: Vec<u32>,
@@ -222,6 +227,17 @@ impl Rows {
         }
     }
 
+    /// The image parts the leading rows were read from, unchanged since;
+    /// empty for rows that were not read from the image or have changed
+    /// other than by appends. A writer taking the next image keeps those
+    /// parts and writes only what follows them.
+    pub fn image_parts(&self) -> &[ReadPart] {
+        match (self.decoded.get(), &self.packed) {
+            (None, Some(packed)) => &packed.from_image,
+            _ => &[],
+        }
+    }
+
     /// Packs decoded rows again, after [`Rows::change`].
     pub fn repack(&mut self) {
         if let Some(rows) = self.decoded.take() {
@@ -331,6 +347,7 @@ impl Packed {
     fn empty(width: usize) -> Packed {
         Packed {
             parts: Vec::new(),
+            from_image: Vec::new(),
             width,
             row_part: Vec::new(),
             kinds: Vec::new(),
@@ -544,6 +561,10 @@ impl Packed {
         if !added.is_empty() && !edited.append(added) {
             return None;
         }
+        // Rows only appended to are still the image's rows first.
+        if edit_at.iter().all(Option::is_none) {
+            edited.from_image = self.from_image.clone();
+        }
         Some(edited)
     }
 
@@ -626,10 +647,19 @@ impl PackedBuilder {
         }
     }
 
-    /// Adds the `count` rows that start `at` bytes into `part` and run to
-    /// its end. `Ok(false)`: a row is not of the builder's width.
-    pub fn add_part(&mut self, part: Bytes, at: usize, count: usize) -> Result<bool> {
-        self.packed.add_part(part, at, count)
+    /// Adds the `count` rows that start `at` bytes into image part `id`
+    /// and run to its end. `Ok(false)`: a row is not of the builder's width.
+    pub fn add_part(&mut self, id: PartId, part: Bytes, at: usize, count: usize) -> Result<bool> {
+        let bytes = part.len();
+        let added = self.packed.add_part(part, at, count)?;
+        if added {
+            self.packed.from_image.push(ReadPart {
+                id,
+                rows: count,
+                bytes,
+            });
+        }
+        Ok(added)
     }
 
     pub fn finish(self) -> Rows {
@@ -644,7 +674,17 @@ impl PackedBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::Cell;
+    use crate::catalog::{Cell, Head};
+
+    fn test_part() -> PartId {
+        PartId {
+            number: 0,
+            head: Head {
+                snapshot_id: 0,
+                batch_count: 1,
+            },
+        }
+    }
 
     fn sample() -> Vec<Row> {
         (0..300)
@@ -672,7 +712,9 @@ mod tests {
             for row in chunk {
                 put_row(&mut part, row);
             }
-            assert!(builder.add_part(Bytes::from(part), 4, chunk.len()).unwrap());
+            assert!(builder
+                .add_part(test_part(), Bytes::from(part), 4, chunk.len())
+                .unwrap());
         }
         builder.finish()
     }
@@ -714,14 +756,20 @@ mod tests {
         let mut part = Vec::new();
         put_row(&mut part, &[Cell::Int(1)]);
         let mut builder = PackedBuilder::new(4);
-        assert!(!builder.add_part(Bytes::from(part), 0, 1).unwrap());
+        assert!(!builder
+            .add_part(test_part(), Bytes::from(part), 0, 1)
+            .unwrap());
         let mut part = Vec::new();
         put_row(&mut part, &sample()[1]);
         part.truncate(part.len() - 1);
         let mut builder = PackedBuilder::new(4);
-        assert!(builder.add_part(Bytes::from(part), 0, 1).is_err());
+        assert!(builder
+            .add_part(test_part(), Bytes::from(part), 0, 1)
+            .is_err());
         let mut builder = PackedBuilder::new(4);
-        assert!(builder.add_part(Bytes::from_static(b"x"), 5, 0).is_err());
+        assert!(builder
+            .add_part(test_part(), Bytes::from_static(b"x"), 5, 0)
+            .is_err());
         let mut part = Vec::new();
         put_row(
             &mut part,
@@ -735,7 +783,9 @@ mod tests {
         let text = part.iter().position(|&b| b == b'o').unwrap();
         part[text] = 0xff;
         let mut builder = PackedBuilder::new(4);
-        assert!(builder.add_part(Bytes::from(part), 0, 1).is_err());
+        assert!(builder
+            .add_part(test_part(), Bytes::from(part), 0, 1)
+            .is_err());
     }
 
     #[test]

@@ -978,12 +978,26 @@ async fn image_rows(
     let Some(head) = pinned.head else {
         return Ok(None);
     };
+    image_rows_at(store, shared, &pinned.view, head, &pinned.inline, table).await
+}
+
+/// `table`'s rows at `head` from the image this attach holds for that head
+/// (read through `view` if it holds none yet); `inline` names the inlined
+/// tables at `head`.
+async fn image_rows_at(
+    store: &Store,
+    shared: &AttachShared,
+    view: &ReadView,
+    head: Head,
+    inline: &InlineTables,
+    table: TableRef,
+) -> Result<Option<Rows>> {
     let width = match table {
         TableRef::Fixed(kind) => kind.def().columns.len(),
         TableRef::InlineData {
             table_id,
             schema_version,
-        } => match pinned.inline.schemas.get(&(table_id, schema_version)) {
+        } => match inline.schemas.get(&(table_id, schema_version)) {
             Some(user) => inline::data_columns(user).len(),
             None => return Ok(None),
         },
@@ -992,12 +1006,16 @@ async fn image_rows(
     let images = match shared.rows.images(head) {
         Some(images) => images,
         None => {
-            let read = Arc::new(Images::read_at(store, &pinned.view, head).await?);
+            let read = Arc::new(Images::read_at(store, view, head).await?);
             shared.rows.offer_images(head, &read);
             read
         }
     };
-    images.rows(store, &pinned.view, table, head, width).await
+    images
+        .rows(store, view, table, width, |last, added| {
+            overlay::in_store_order(table, last.as_ref(), added)
+        })
+        .await
 }
 
 /// Kinds whose rows are one per data file and column (or partition key):
@@ -1018,16 +1036,7 @@ const IMAGED_WHEN_READ: [Kind; 3] = [
 /// inserts reads few of them, and a table left out is one SlateDB scan at
 /// the next attach (about half a millisecond, more while SlateDB's caches
 /// are cold) and makes that attach's read-only session take the image again.
-async fn always_imaged(
-    store: &Store,
-    shared: &AttachShared,
-    view: &ReadView,
-    head: Head,
-) -> Result<Vec<TableRef>> {
-    let inline = match shared.rows.inline_tables(Some(head)) {
-        Some(kept) => kept,
-        None => Arc::new(committed_inline_tables(store, view).await?),
-    };
+fn always_imaged(inline: &InlineTables) -> Vec<TableRef> {
     let fixed = Kind::ALL
         .into_iter()
         .filter(|kind| !IMAGED_WHEN_READ.contains(kind))
@@ -1045,7 +1054,7 @@ async fn always_imaged(
         .map(|table_id| TableRef::InlineDelete {
             table_id: *table_id,
         });
-    Ok(fixed.chain(data).chain(deletes).collect())
+    fixed.chain(data).chain(deletes).collect()
 }
 
 /// Writes the head image of the tables this attach's transactions hold
@@ -1063,12 +1072,16 @@ pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -
     if shared.head_at(store, &view).await? != Some(head) {
         return Ok(false);
     }
-    let unread: Vec<TableRef> = always_imaged(store, shared, &view, head)
-        .await?
+    let inline = match shared.rows.inline_tables(Some(head)) {
+        Some(kept) => kept,
+        None => Arc::new(committed_inline_tables(store, &view).await?),
+    };
+    let unread: Vec<TableRef> = always_imaged(&inline)
         .into_iter()
         .filter(|table| !tables.iter().any(|(kept, _)| kept == table))
         .collect();
-    let imaged = catalog::image::stamp(store, &view).await? == Some(head);
+    let current = catalog::image::current(store, &view).await?;
+    let imaged = current.as_ref().map(catalog::image::Stamp::head) == Some(head);
     if imaged
         && image_holds(
             shared,
@@ -1079,9 +1092,15 @@ pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -
         // The image of this head is taken, with every table read since.
         return Ok(false);
     }
+    // A table the session never read is its image's parts, with the rows
+    // its commits appended, when the image still holds it: its parts are
+    // then kept, not written again.
     for table in unread {
-        let rows = committed_records(store, &view, table).await?;
-        tables.push((table, Arc::new(Rows::from(rows))));
+        let rows = match image_rows_at(store, shared, &view, head, &inline, table).await? {
+            Some(rows) => rows,
+            None => Rows::from(committed_records(store, &view, table).await?),
+        };
+        tables.push((table, Arc::new(rows)));
     }
     if tables.iter().map(|(_, rows)| rows.len()).sum::<usize>() < min_rows {
         return Ok(false);
@@ -1092,7 +1111,7 @@ pub async fn take_image(store: &Store, shared: &AttachShared, min_rows: usize) -
         .into_iter()
         .map(|(key, _)| key.to_vec())
         .collect();
-    let image = catalog::image::replacement(head, &tables, &existing);
+    let image = catalog::image::replacement(head, &tables, &existing, current.as_ref());
     if image.bytes() > catalog::image::MAX_IMAGE_BYTES {
         // The stale image stays; its stamp keeps it from being used.
         return Ok(false);

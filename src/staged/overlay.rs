@@ -157,24 +157,34 @@ pub fn only_appended(
     ops: &[StagedOp],
     last: impl FnOnce() -> Option<Row>,
 ) -> Option<Vec<&Row>> {
-    let mut added = Vec::new();
-    for op in ops.iter().filter(|op| op.table() == table) {
-        match op {
-            StagedOp::Insert { row, .. } => added.push(row),
-            _ => return None,
-        }
-    }
-    let Some(columns) = order_columns(table) else {
+    let added = inserted_only(table, ops)?;
+    if order_columns(table).is_none() {
         return Some(added);
+    }
+    in_store_order(table, last().as_ref(), &added).then_some(added)
+}
+
+/// The rows `ops` insert into `table`, when inserting is all they do to it.
+pub fn inserted_only(table: TableRef, ops: &[StagedOp]) -> Option<Vec<&Row>> {
+    ops.iter()
+        .filter(|op| op.table() == table)
+        .map(|op| match op {
+            StagedOp::Insert { row, .. } => Some(row),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether `added`, after `last`, keep the order the store serves `table`.
+pub fn in_store_order(table: TableRef, last: Option<&Row>, added: &[&Row]) -> bool {
+    let Some(columns) = order_columns(table) else {
+        return true;
     };
-    let last = last();
-    let in_order = last
-        .iter()
+    last.into_iter()
         .chain(added.iter().copied())
         .collect::<Vec<_>>()
         .windows(2)
-        .all(|pair| inline::order_by(columns, pair[0], pair[1]).is_le());
-    in_order.then_some(added)
+        .all(|pair| inline::order_by(columns, pair[0], pair[1]).is_le())
 }
 
 /// Keeps the order the store serves for tables whose order is derived from

@@ -197,12 +197,30 @@ impl SharedRows {
                 )
             });
             // The image still holds, at the new head, every table the
-            // commit changed nothing of: a table first read after this
-            // commit decodes it instead of reading a record per row.
+            // commit changed nothing of or only appended to (with the rows
+            // appended): a table first read after this commit decodes it
+            // instead of reading a record per row, and the next image keeps
+            // its parts.
             s.images = match (s.images.take(), premise) {
-                (Some(images), Some(taken_at)) if !ddl => {
-                    Some(Arc::new(images.carried(taken_at, |name| {
-                        TableRef::parse(name).is_some_and(|table| !changes(&operated, table))
+                (Some(images), Some(_)) if !ddl => {
+                    Some(Arc::new(Images::carried(images, |name| {
+                        let table = TableRef::parse(name)?;
+                        if !changes(&operated, table) {
+                            return Some(Vec::new());
+                        }
+                        // Inserts into its parent or its children leave its
+                        // rows as they were; anything else there may not.
+                        let kin = |other: TableRef| {
+                            overlay::parent_table(table) == Some(other)
+                                || overlay::parent_table(other) == Some(table)
+                        };
+                        let kin_only_insert = ops
+                            .iter()
+                            .filter(|op| kin(op.table()))
+                            .all(|op| matches!(op, StagedOp::Insert { .. }));
+                        let added =
+                            overlay::inserted_only(table, ops).filter(|_| kin_only_insert)?;
+                        Some(added.into_iter().cloned().collect())
                     })))
                 }
                 _ => None,

@@ -200,14 +200,24 @@ impl StoreSettings {
             object_store_max_retries: Some(self.object_store_retries),
             ..CompactorOptions::default()
         };
-        // Merge everything into the oldest run so tombstones reach the last
-        // sorted run and are dropped: a catalog is small, rewriting it is cheap.
-        compactor
-            .scheduler_options
-            .insert("min_compaction_sources".into(), "2".into());
-        compactor
-            .scheduler_options
-            .insert("include_size_threshold".into(), "1000000".into());
+        // Size-tiered: a run joins a merge only while it is at most four
+        // times what the merge makes, so each byte a commit writes is
+        // rewritten a bounded number of times. Merging every L0 into the
+        // oldest run rewrote the whole catalog every two L0s, a cost that grew
+        // with the lake's history. Tombstones reach the oldest run, where
+        // they are dropped, with the merges that include it and with the idle
+        // upkeep's and `moraine_reclaim`'s full merges. Past four runs the
+        // newest are merged whatever their sizes, so a cold attach opens a
+        // bounded number of runs.
+        for (option, value) in [
+            ("min_compaction_sources", "2"),
+            ("include_size_threshold", "4"),
+            ("sorted_run_consolidation_threshold", "4"),
+        ] {
+            compactor
+                .scheduler_options
+                .insert(option.into(), value.into());
+        }
         compactor
     }
 

@@ -542,8 +542,14 @@ impl WriterTurn {
                 super::upkeep::flush_to_l0(db).await
             }
         };
-        let flushed = self
-            .bounded("moving the memtable into an L0 SST", flush)
+        // The flush and the close are driven on this thread, as a commit
+        // drives its writes: the last commit has just left the write runtime,
+        // and its driver thread would take it over only after `DRIVER_IDLE`,
+        // which each of them waited out.
+        let flushed = held
+            .writer
+            .writes
+            .run(self.bounded("moving the memtable into an L0 SST", flush))
             .await;
         if flushed.is_ok() {
             super::upkeep::merge_at_close(
@@ -554,8 +560,10 @@ impl WriterTurn {
             )
             .await;
         }
-        let closed = self
-            .bounded("closing SlateDB's writer", held.writer.close())
+        let closed = held
+            .writer
+            .writes
+            .run(self.bounded("closing SlateDB's writer", held.writer.close()))
             .await
             .and(flushed);
         if closed.is_ok() {

@@ -340,10 +340,23 @@ pub async fn compact_fully(
     started: Instant,
     deadline: Duration,
 ) -> Result<bool> {
+    compact(db, admin, started, deadline, Merge::whole).await
+}
+
+/// Submits the merge `plan` makes of the manifest and waits for it, as
+/// [`compact_fully`] does; `plan` returning `None` means nothing is left to
+/// merge.
+async fn compact(
+    db: &Db,
+    admin: &Admin,
+    started: Instant,
+    deadline: Duration,
+    plan: fn(&slatedb::VersionedManifest) -> Option<Merge>,
+) -> Result<bool> {
     let mut merged = false;
     while started.elapsed() < deadline {
         refresh(db).await?;
-        let Some(merge) = FullMerge::plan(&db.manifest()) else {
+        let Some(merge) = plan(&db.manifest()) else {
             return Ok(merged);
         };
         let job = submit_compaction(admin, merge.spec()).await?;
@@ -353,23 +366,27 @@ pub async fn compact_fully(
         }
     }
     Err(Error::Store(format!(
-        "a full compaction of the store did not finish within {deadline:?}"
+        "a compaction of the store did not finish within {deadline:?}"
     )))
 }
 
-/// One job that merges a tree into a single sorted run.
-struct FullMerge {
+/// One job that merges the newer part of a tree, or all of it, into one
+/// sorted run.
+struct Merge {
     sources: Vec<SourceId>,
     destination: u32,
     /// The L0s it merges: a job leaves the manifest all at once, so once one
     /// of them left while another stays, a different job took it.
     l0: Vec<Ulid>,
+    /// The sorted runs the tree has once the job is done: one, or two when
+    /// the oldest run is left out of it.
+    runs_after: usize,
 }
 
 #[derive(Debug, PartialEq)]
 enum Waited {
-    /// The merged L0s left and one run is left (L0s flushed meanwhile by new
-    /// commits may stay).
+    /// The merged L0s left and the runs the job leaves are left (L0s
+    /// flushed meanwhile by new commits may stay).
     Merged,
     /// The job failed or lost its sources: plan again.
     Superseded,
@@ -379,32 +396,88 @@ enum Waited {
 /// job's failure shows nowhere else, but each read costs a list and a get.
 const POLLS_PER_STATUS_READ: u32 = 5;
 
-impl FullMerge {
-    /// The merge of every L0 and sorted run, or `None` when the tree is
-    /// already one run.
-    fn plan(manifest: &slatedb::VersionedManifest) -> Option<FullMerge> {
+/// How many times the rest of the tree the oldest sorted run must hold for
+/// a closing writer to leave it out of its merge. The oldest run is the
+/// catalog: merging into it rewrites the whole catalog, so a detach that did
+/// it every time paid for the lake's history (90 ms after 5,000 commits, on
+/// every other detach). Left out until the newer runs reach a quarter of
+/// it, each byte a session writes is rewritten a bounded number of times,
+/// and the tree a cold attach opens stays at two runs.
+const OLDEST_RUN_LEFT_BELOW: u64 = 4;
+
+impl Merge {
+    /// The merge of every L0 and sorted run into the oldest run, or `None`
+    /// when the tree is already one run.
+    fn whole(manifest: &slatedb::VersionedManifest) -> Option<Merge> {
         if is_one_run(manifest) {
             return None;
         }
-        let l0: Vec<Ulid> = manifest.l0().iter().map(|view| view.id).collect();
-        let mut sources: Vec<SourceId> = l0.iter().map(|id| SourceId::SstView(*id)).collect();
-        sources.extend(
-            manifest
-                .compacted()
-                .iter()
-                .map(|run| SourceId::SortedRun(run.id)),
-        );
         let destination = manifest
             .compacted()
             .iter()
             .map(|run| run.id)
             .min()
             .unwrap_or(0);
-        Some(FullMerge {
+        Some(Merge::of(
+            manifest,
+            manifest.compacted().len(),
+            destination,
+            1,
+        ))
+    }
+
+    /// What a closing writer merges: every L0 and sorted run except the
+    /// oldest run while that holds [`OLDEST_RUN_LEFT_BELOW`] times the rest,
+    /// otherwise the whole tree. `None` when that leaves nothing to merge.
+    fn at_close(manifest: &slatedb::VersionedManifest) -> Option<Merge> {
+        let runs = manifest.compacted();
+        // SlateDB lists runs newest first and wants a job's sources
+        // consecutive, newest first, merged into the lowest id among them.
+        let Some((oldest, newer)) = runs.split_last() else {
+            return Merge::whole(manifest);
+        };
+        let newer_bytes: u64 = manifest
+            .l0()
+            .iter()
+            .map(|view| view.estimate_size())
+            .chain(newer.iter().map(|run| run.estimate_size()))
+            .sum();
+        if oldest.estimate_size() < OLDEST_RUN_LEFT_BELOW.saturating_mul(newer_bytes) {
+            return Merge::whole(manifest);
+        }
+        if manifest.l0().len() + newer.len() < 2 {
+            return None;
+        }
+        // L0s alone go into a run above every run there is.
+        let destination = match newer.iter().map(|run| run.id).min() {
+            Some(lowest) => lowest,
+            None => runs.iter().map(|run| run.id).max().map_or(0, |id| id + 1),
+        };
+        Some(Merge::of(manifest, newer.len(), destination, 2))
+    }
+
+    /// Every L0 and the newest `runs` sorted runs, into `destination`.
+    fn of(
+        manifest: &slatedb::VersionedManifest,
+        runs: usize,
+        destination: u32,
+        runs_after: usize,
+    ) -> Merge {
+        let l0: Vec<Ulid> = manifest.l0().iter().map(|view| view.id).collect();
+        let mut sources: Vec<SourceId> = l0.iter().map(|id| SourceId::SstView(*id)).collect();
+        sources.extend(
+            manifest
+                .compacted()
+                .iter()
+                .take(runs)
+                .map(|run| SourceId::SortedRun(run.id)),
+        );
+        Merge {
             sources,
             destination,
             l0,
-        })
+            runs_after,
+        }
     }
 
     fn spec(&self) -> CompactionSpec {
@@ -430,7 +503,7 @@ impl FullMerge {
                 .iter()
                 .filter(|id| manifest.l0().iter().any(|view| view.id == **id))
                 .count();
-            if left == 0 && manifest.compacted().len() <= 1 {
+            if left == 0 && manifest.compacted().len() <= self.runs_after {
                 return Ok(Waited::Merged);
             }
             if left > 0 && left < self.l0.len() {
@@ -523,8 +596,11 @@ pub async fn tidy(
 const CLOSE_COMPACTION_DEADLINE: Duration = Duration::from_secs(3);
 
 /// The sorted runs and L0s from which a closing writer merges its tree: a
-/// session that left fewer is cheap to open as it is.
-const CLOSE_MERGE_MIN_SOURCES: usize = 3;
+/// session that left fewer is cheap to open as it is. A merge costs a
+/// closing writer about 60 ms of polls whatever it merges, and one leaves
+/// two runs ([`Merge::at_close`]), so detaches that each add an L0 merge
+/// every third time.
+const CLOSE_MERGE_MIN_SOURCES: usize = 5;
 
 /// The closing writers of this process whose final merge left one sorted
 /// run, and those whose merge failed or missed its deadline (the next
@@ -544,11 +620,12 @@ pub fn close_merge_counts() -> [(&'static str, u64); 2] {
     ]
 }
 
-/// Merges every L0 and sorted run into one run before a writer closes, so
-/// the next attach opens one SST instead of the L0s the session left (one
-/// per 128 commits and one per detach): on S3 each costs requests. The whole
-/// merge, the swap to the urgent compactor included, is bounded by a
-/// deadline.
+/// Merges the L0s and newer sorted runs before a writer closes, so the next
+/// attach opens at most two runs instead of the L0s the session left (one
+/// per 128 commits and one per detach): on S3 each costs requests. The
+/// oldest run joins the merge only once the rest is a quarter of its size
+/// ([`Merge::at_close`]). The whole merge, the swap to the urgent compactor
+/// included, is bounded by a deadline.
 pub async fn merge_at_close(
     db: &Db,
     compaction: &Compaction,
@@ -563,7 +640,14 @@ pub async fn merge_at_close(
         // The urgent compactor stays until the writer's close stops it.
         let _urgent = compaction.urgent().await;
         let admin = admin(root, object_store);
-        compact_fully(db, &admin, Instant::now(), CLOSE_COMPACTION_DEADLINE).await
+        compact(
+            db,
+            &admin,
+            Instant::now(),
+            CLOSE_COMPACTION_DEADLINE,
+            Merge::at_close,
+        )
+        .await
     };
     let counter = match tokio::time::timeout(CLOSE_COMPACTION_DEADLINE, merge).await {
         Ok(Ok(_)) => &CLOSE_MERGES,
