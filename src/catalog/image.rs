@@ -6,13 +6,17 @@
 //! microseconds each. The image packs the rows of a table, exactly as a scan
 //! serves them, into a few large values under `image/<table>/<part>`.
 //!
-//! The image is derived, never authoritative. Every part is stamped with the
-//! head it was taken at; a transaction uses a table's image only when every
-//! part carries the transaction's own head and the rows have the table's
-//! shape, and reads the records otherwise. A writer takes the image when it
-//! detaches, from the rows its transactions already hold, and the same
-//! write deletes the parts of every earlier image; between detaches the
-//! image simply goes stale ([design 0012](../../docs/design/0012-head-image.md)).
+//! The image is derived, never authoritative. Its stamp carries the head it
+//! was taken at and names every part with the head that part was written at;
+//! a transaction uses a table's image only when the stamp is of its own head,
+//! every part named is there with the head named, and the rows have the
+//! table's shape, and reads the records otherwise. A writer takes the image
+//! when it detaches, from the rows its transactions already hold: it keeps
+//! the parts of tables its session only appended to and writes what follows
+//! them, writes other tables whole, and deletes every part the new stamp does
+//! not name; between detaches the image simply goes stale
+//! ([design 0012](../../docs/design/0012-head-image.md),
+//! [design 0021](../../docs/design/0021-a-detach-writes-what-the-session-added.md)).
 
 use super::rows::PackedBuilder;
 use super::{Head, Row, Rows, TableRef};
