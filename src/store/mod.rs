@@ -478,6 +478,7 @@ async fn open_writer(
         object_store.clone(),
         settings.compactor_options(),
         WRITER_BLOCK_SIZE,
+        upkeep::urgent_poll(uri),
     );
     let collection = upkeep::spawn_collection(
         root.clone(),

@@ -39,8 +39,22 @@ use tokio::task::JoinHandle;
 use ulid::Ulid;
 
 /// How often the urgent compactor looks for work, and how often a caller
-/// waiting for a compaction looks at the manifest.
+/// waiting for a compaction looks at the manifest. On S3 each look is a
+/// request.
 const URGENT_POLL: Duration = Duration::from_millis(20);
+
+/// The same on a local or in-memory store, where a look reads a small file
+/// or nothing: a detach's merge waits out three or four of these whatever
+/// it merges (about 60 ms at 20 ms).
+const URGENT_POLL_NEARBY: Duration = Duration::from_millis(5);
+
+/// How often the urgent compactor of the store at `uri` polls.
+pub fn urgent_poll(uri: &super::StoreUri) -> Duration {
+    match uri {
+        super::StoreUri::S3 { .. } => URGENT_POLL,
+        _ => URGENT_POLL_NEARBY,
+    }
+}
 
 /// The longest the idle upkeep waits for one full compaction.
 const UPKEEP_COMPACTION_DEADLINE: Duration = Duration::from_secs(60);
@@ -51,6 +65,8 @@ pub struct Compaction {
     object_store: Arc<dyn ObjectStore>,
     background: CompactorOptions,
     block_size: SstBlockSize,
+    /// The urgent compactor's poll ([`urgent_poll`]).
+    poll: Duration,
     /// The compactor now running. The lock also keeps the idle upkeep and
     /// `moraine_reclaim` from compacting at the same time.
     running: Mutex<Option<Running>>,
@@ -83,14 +99,14 @@ impl Urgent<'_> {
 /// The background options with every poll shortened to a few milliseconds.
 /// A stopped compactor's job is taken over after the heartbeat timeout, so
 /// that is short too.
-fn urgent_options(background: &CompactorOptions) -> CompactorOptions {
+fn urgent_options(background: &CompactorOptions, poll: Duration) -> CompactorOptions {
     let worker = background.worker.clone().unwrap_or_default();
     CompactorOptions {
-        poll_interval: URGENT_POLL,
-        commit_compacted_interval: URGENT_POLL,
+        poll_interval: poll,
+        commit_compacted_interval: poll,
         worker_heartbeat_timeout: Duration::from_secs(2),
         worker: Some(CompactionWorkerOptions {
-            compactions_poll_interval: URGENT_POLL,
+            compactions_poll_interval: poll,
             heartbeat_interval: Duration::from_millis(200),
             ..worker
         }),
@@ -196,12 +212,14 @@ impl Compaction {
         object_store: Arc<dyn ObjectStore>,
         background: CompactorOptions,
         block_size: SstBlockSize,
+        poll: Duration,
     ) -> Arc<Compaction> {
         let compaction = Arc::new(Compaction {
             root,
             object_store,
             background,
             block_size,
+            poll,
             running: Mutex::new(None),
             shut_down: AtomicBool::new(false),
         });
@@ -221,7 +239,7 @@ impl Compaction {
             .with_sst_block_size(self.block_size);
         let compactor = if urgent {
             builder
-                .with_options(urgent_options(&self.background))
+                .with_options(urgent_options(&self.background, self.poll))
                 .with_scheduler_supplier(Arc::new(SubmittedOnly))
         } else {
             builder.with_options(self.background.clone())
@@ -340,7 +358,7 @@ pub async fn compact_fully(
     started: Instant,
     deadline: Duration,
 ) -> Result<bool> {
-    compact(db, admin, started, deadline, Merge::whole).await
+    compact(db, admin, started, deadline, Merge::whole, URGENT_POLL).await
 }
 
 /// Submits the merge `plan` makes of the manifest and waits for it, as
@@ -352,6 +370,7 @@ async fn compact(
     started: Instant,
     deadline: Duration,
     plan: fn(&slatedb::VersionedManifest) -> Option<Merge>,
+    poll: Duration,
 ) -> Result<bool> {
     let mut merged = false;
     while started.elapsed() < deadline {
@@ -361,7 +380,11 @@ async fn compact(
         };
         let job = submit_compaction(admin, merge.spec()).await?;
         merged = true;
-        if merge.wait(db, admin, job.id(), started, deadline).await? == Waited::Merged {
+        if merge
+            .wait(db, admin, job.id(), started, deadline, poll)
+            .await?
+            == Waited::Merged
+        {
             return Ok(true);
         }
     }
@@ -491,10 +514,11 @@ impl Merge {
         job: Ulid,
         started: Instant,
         deadline: Duration,
+        poll: Duration,
     ) -> Result<Waited> {
         let mut polls = 0;
         while started.elapsed() < deadline {
-            tokio::time::sleep(URGENT_POLL).await;
+            tokio::time::sleep(poll).await;
             polls += 1;
             refresh(db).await?;
             let manifest = db.manifest();
@@ -597,7 +621,7 @@ const CLOSE_COMPACTION_DEADLINE: Duration = Duration::from_secs(3);
 
 /// The sorted runs and L0s from which a closing writer merges its tree: a
 /// session that left fewer is cheap to open as it is. A merge costs a
-/// closing writer about 60 ms of polls whatever it merges, and one leaves
+/// closing writer three or four polls whatever it merges, and one leaves
 /// two runs ([`Merge::at_close`]), so detaches that each add an L0 merge
 /// every third time.
 const CLOSE_MERGE_MIN_SOURCES: usize = 5;
@@ -646,6 +670,7 @@ pub async fn merge_at_close(
             Instant::now(),
             CLOSE_COMPACTION_DEADLINE,
             Merge::at_close,
+            compaction.poll,
         )
         .await
     };
