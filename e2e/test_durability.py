@@ -1,11 +1,17 @@
 """A commit is on disk before DuckDB hears that it succeeded, as DuckDB's own commit is (it syncs its WAL):
 every object moraine publishes in a local catalog has its bytes synced before its name appears, and its folder
-synced after. Checked on the system calls of the real CLI, traced by strace. The writer lease and the turn's
-objects are the exception: only processes that a power cut ends with them read those (design 0020)."""
+synced after, or, for a commit's WAL object, its bytes synced in the WAL folder's journal first (design
+0022). Checked on the system calls of the real CLI, traced by strace. The writer lease and the turn's objects
+are the exception: only processes that a power cut ends with them read those (design 0020). And what a
+machine crash takes of the journaled objects, the next attach restores."""
 
 import os
 import re
 import shutil
+import struct
+import subprocess
+import sys
+import zlib
 
 from harness import require_extension, run_cli, sql_quote
 
@@ -16,6 +22,7 @@ SYNC = re.compile(r"^\d+\s+(?:fsync|fdatasync)\(\d+<(?P<path>[^>]*)>")
 PUBLISH = re.compile(r'^\d+\s+(?:link|linkat|rename|renameat2?)\((?:[^,]*, )?"(?P<src>[^"]+)", '
                      r'(?:[^,]*, )?"(?P<dst>[^"]+)"')
 DONE = re.compile(r"= 0$")
+JOURNAL = "journal#0"
 
 
 def trace(tmp, sql):
@@ -40,28 +47,37 @@ def trace(tmp, sql):
 
 def unsynced_publishes(calls, under):
     """The objects published under `under` whose bytes were not synced before their name appeared, or whose
-    folder was not synced after; and every object published there."""
+    folder was not synced after; every object published there synced; the WAL objects journaled (their
+    folder's journal synced since the folder's previous publish); and those unsynced on purpose."""
     syncs = [SYNC.match(call) for call in calls]
-    synced, published, missing, unsynced_on_purpose = set(), [], [], []
+    synced, published, journaled, missing, unsynced_on_purpose = set(), [], [], [], []
+    journal_synced = set()  # WAL folders whose journal was synced since their last publish
     for i, call in enumerate(calls):
         if syncs[i]:
-            synced.add(syncs[i].group("path"))
+            path = syncs[i].group("path")
+            synced.add(path)
+            if os.path.basename(path) == JOURNAL:
+                journal_synced.add(os.path.dirname(path))
             continue
         publish = PUBLISH.match(call)
         if not publish or not DONE.search(call) or not publish.group("dst").startswith(under):
             continue
-        if "#" in os.path.basename(publish.group("dst")):
-            continue  # a spare made ahead (design 0017): no object, listings skip it
         src, dst = publish.group("src"), publish.group("dst")
+        folder = os.path.dirname(dst)
+        if "#" in os.path.basename(dst) and os.path.basename(dst) != JOURNAL:
+            continue  # a spare made ahead (design 0017): no object, listings skip it
         if for_live_processes(dst[len(under):]):
             unsynced_on_purpose.append(dst)
             continue
+        if os.path.basename(folder) == "wal" and folder in journal_synced:
+            journal_synced.discard(folder)
+            journaled.append(dst)
+            continue
         published.append(dst)
-        folder = os.path.dirname(dst)
         folder_synced_after = any(sync and sync.group("path") == folder for sync in syncs[i + 1:])
         if src not in synced or not folder_synced_after:
             missing.append((dst, src in synced, folder_synced_after))
-    return missing, published, unsynced_on_purpose
+    return missing, published, journaled, unsynced_on_purpose
 
 
 def for_live_processes(relative):
@@ -79,11 +95,13 @@ def test_every_catalog_object_is_synced_before_its_name_appears_and_its_folder_a
            + "".join("INSERT INTO lake.t VALUES (%d);\n" % i for i in range(5))
            + "DETACH lake;\n")
     calls = trace(tmp, sql)
-    missing, published, unsynced = unsynced_publishes(calls, os.path.realpath(lake) + os.sep)
-    # Every commit lands as a WAL object, and the attach writes manifests and the lease.
-    wal = [p for p in published if os.sep + "wal" + os.sep in p]
-    assert len(wal) >= 6, "expected a WAL object per commit, saw %d: %s" % (len(wal), wal)
-    assert len(published) > len(wal), published
+    missing, published, journaled, unsynced = unsynced_publishes(calls, os.path.realpath(lake) + os.sep)
+    # Every commit lands as a WAL object journaled first, and the attach writes manifests, the journal
+    # itself (synced and its folder synced, as any object) and the lease.
+    assert len(journaled) >= 6, "expected a journaled WAL object per commit, saw %d: %s" % (len(journaled),
+                                                                                         journaled)
+    assert any(os.path.basename(p) == JOURNAL for p in published), published
+    assert len(published) > 1, published
     # The attach took the writer lease, unsynced on purpose: a sync is a disk cache flush.
     assert any(p.endswith(os.sep + "writer.lease") for p in unsynced), unsynced
     assert not missing, "published without a sync (object, bytes synced, folder synced): %s" % missing[:5]
@@ -98,3 +116,114 @@ def test_the_lake_folders_a_first_attach_creates_are_synced_in_their_parents(tmp
     real = os.path.realpath(tmp)
     for folder in (real, os.path.join(real, "deep"), os.path.join(real, "deep", "er")):
         assert folder in synced, "%s gained an entry that was never synced" % folder
+
+
+def test_every_commit_makes_one_cache_flush(tmp):
+    """Between two commits' WAL objects, the only sync in the WAL folder is its journal's: no sync of the
+    object, none of the folder."""
+    require_extension("moraine")
+    lake = os.path.join(tmp, "lake")
+    sql = ("ATTACH %s AS lake (DATA_PATH %s);\n" % (sql_quote("ducklake:moraine:" + lake),
+                                                     sql_quote(os.path.join(tmp, "data") + "/"))
+           + "CREATE TABLE lake.t (id INTEGER);\n"
+           + "".join("INSERT INTO lake.t VALUES (%d);\n" % i for i in range(8))
+           + "DETACH lake;\n")
+    calls = trace(tmp, sql)
+    wal = os.path.join(os.path.realpath(lake), "catalog", "wal")
+    between, rounds = [], []
+    for call in calls:
+        publish = PUBLISH.match(call)
+        if publish and DONE.search(call) and os.path.dirname(publish.group("dst")) == wal \
+                and "#" not in os.path.basename(publish.group("dst")):
+            rounds.append(between)
+            between = []
+            continue
+        sync = SYNC.match(call)
+        if sync and (sync.group("path") == wal or os.path.dirname(sync.group("path")) == wal):
+            between.append(os.path.basename(sync.group("path")))
+    commits = [r for r in rounds[1:] if r]
+    assert len(commits) >= 8, rounds
+    assert all(r == [JOURNAL] for r in commits), rounds
+
+
+def journal_of(lake):
+    return os.path.join(lake, "catalog", "wal", JOURNAL)
+
+
+def read_journal(path):
+    """The journal's epoch and the records of that epoch, in order: (kind, name, body). The layout is
+    design 0022's: a 4 KiB header block, then records of a 28-byte head, the name and the body, padded to 8."""
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:8] == b"MORJRNL1", data[:8]
+    epoch = struct.unpack_from("<Q", data, 8)[0]
+    offset, records = 4096, []
+    while offset + 28 <= len(data):
+        magic, their_epoch, kind, name_len, body_len, crc = struct.unpack_from("<IQB3xIII", data, offset)
+        if magic != 0x4D4A5231 or their_epoch != epoch:
+            break
+        rest = data[offset + 28:offset + 28 + name_len + body_len]
+        if zlib.crc32(data[offset + 4:offset + 24] + rest) != crc:
+            break
+        records.append((kind, rest[:name_len].decode(), rest[name_len:]))
+        offset += (28 + name_len + body_len + 7) // 8 * 8
+    return epoch, records
+
+
+def as_after_a_reboot(path):
+    """The journal under another boot id, as the machine's next boot finds it."""
+    with open(path, "r+b") as f:
+        header = bytearray(f.read(36))
+        header[16:32] = os.urandom(16)
+        header[32:36] = struct.pack("<I", zlib.crc32(bytes(header[:32])))
+        f.seek(0)
+        f.write(header)
+
+
+def test_what_a_machine_crash_takes_of_acknowledged_commits_the_next_attach_restores(tmp):
+    require_extension("moraine")
+    lake, data = os.path.join(tmp, "lake"), os.path.join(tmp, "data") + "/"
+    attach = "ATTACH %s AS lake (DATA_PATH %s)" % (sql_quote("ducklake:moraine:" + lake), sql_quote(data))
+    # A writer that acknowledges 40 commits, then dies without detaching: no flush, no image; the commits
+    # live in the WAL objects alone.
+    script = ("import harness, os\n"
+              "con = harness.connect()\n"
+              "con.execute(%r)\n"
+              "con.execute('CREATE TABLE lake.t (id INTEGER)')\n"
+              "for i in range(40):\n"
+              "    con.execute('INSERT INTO lake.t VALUES (%%d)' %% i)\n"
+              "os._exit(0)\n") % attach
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120,
+                   env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.abspath(__file__))))
+    epoch, records = read_journal(journal_of(lake))
+    objects = [name for kind, name, _ in records if kind == 1]
+    assert len(objects) >= 40, objects
+    # What the page cache held and a power cut took: names without bytes, bytes cut short, an older
+    # object's block under a new name.
+    folder = os.path.dirname(journal_of(lake))
+    for i, name in enumerate(objects):
+        path = os.path.join(folder, name)
+        if i % 3 == 0:
+            os.remove(path)
+        elif i % 3 == 1:
+            open(path, "wb").close()
+        else:
+            size = os.path.getsize(path)
+            with open(path, "wb") as f:
+                f.write(b"\0" * size)
+    as_after_a_reboot(journal_of(lake))
+    # A reader's attach restores them, before SlateDB replays the WAL.
+    r = run_cli(attach[:-1] + ", READ_ONLY);\nSELECT count(*) AS n, sum(id)::BIGINT AS s FROM lake.t;\n").ok()
+    assert r.results()[0] == [{"n": 40, "s": sum(range(40))}], r.results()
+    for kind, name, body in records:
+        if kind == 1:
+            with open(os.path.join(folder, name), "rb") as f:
+                assert f.read() == body, name
+    r = run_cli(attach + ";\nINSERT INTO lake.t VALUES (40);\nSELECT count(*) AS n FROM lake.t;\n").ok()
+    assert r.results()[-1] == [{"n": 41}], r.results()
+    next_epoch, _ = read_journal(journal_of(lake))
+    assert next_epoch == epoch + 1
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        boot = bytes.fromhex(f.read().strip().replace("-", ""))
+    with open(journal_of(lake), "rb") as f:
+        assert f.read(32)[16:32] == boot

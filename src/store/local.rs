@@ -40,15 +40,17 @@ use object_store::{
     ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions, PutPayload,
     PutResult,
 };
+use std::collections::HashMap;
 use std::fs::{File, Metadata, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use super::spares::{Deleted, Spares};
+use super::journal::{Journal, JOURNALED_OBJECT_BYTES};
+use super::spares::{holds_the_wal, Deleted, Spares};
 
 /// Reads up to this many bytes run on the caller's thread: a block, an
 /// index, a manifest or a WAL object of a catalog. A larger read would hold
@@ -69,6 +71,9 @@ pub struct DirectLocal {
     /// `root` as an object path, to turn file names back into locations.
     root_location: Path,
     spares: Arc<Spares>,
+    /// The journal of each WAL folder this store has written or opened
+    /// ([`super::journal`]).
+    journals: Mutex<HashMap<PathBuf, Arc<Journal>>>,
 }
 
 impl Drop for DirectLocal {
@@ -87,7 +92,81 @@ impl DirectLocal {
             root,
             root_location,
             spares: Arc::new(Spares::new()),
+            journals: Mutex::default(),
         })
+    }
+
+    /// Restores what a crash of the machine lost of the WAL objects under
+    /// `location` (a store's `wal` folder), before anything reads them.
+    pub fn restore_wal(&self, location: &Path) -> object_store::Result<()> {
+        let folder = self.fs.path_to_filesystem(location)?;
+        self.journal(&folder, false).map(drop)
+    }
+
+    /// The journal of the WAL folder `folder`, opened on first use; made
+    /// there when `make` and it has none.
+    fn journal(
+        &self,
+        folder: &std::path::Path,
+        make: bool,
+    ) -> object_store::Result<Option<Arc<Journal>>> {
+        let mut journals = self
+            .journals
+            .lock()
+            .map_err(|_| generic(folder, std::io::Error::other("journals lock poisoned")))?;
+        if let Some(journal) = journals.get(folder) {
+            return Ok(Some(journal.clone()));
+        }
+        if super::journal::boot().is_none() {
+            return Ok(None);
+        }
+        let restore = |path: &std::path::Path, body: &[u8]| self.restore(path, body);
+        let opened = if make {
+            create_folders(folder)?;
+            Journal::create(folder, &restore).map(Some)
+        } else {
+            Journal::open(folder, &restore)
+        };
+        let opened = opened.map_err(|e| generic(folder, e))?.map(Arc::new);
+        if let Some(journal) = &opened {
+            journals.insert(folder.to_path_buf(), journal.clone());
+        }
+        Ok(opened)
+    }
+
+    /// Writes a journaled object back, synced, as it was acknowledged.
+    fn restore(&self, path: &std::path::Path, body: &[u8]) -> std::io::Result<()> {
+        let payload = PutPayload::from(Bytes::copy_from_slice(body));
+        write_here(path, &payload, false, true, &self.spares)
+            .map(drop)
+            .map_err(std::io::Error::other)
+    }
+
+    /// Publishes a WAL object with one cache flush: its bytes journaled and
+    /// synced, then the object itself unsynced; `None` where the folder has
+    /// no journal to write.
+    fn write_journaled(
+        &self,
+        path: &std::path::Path,
+        payload: &PutPayload,
+    ) -> object_store::Result<Option<PutResult>> {
+        let (Some(folder), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str()))
+        else {
+            return Ok(None);
+        };
+        let Some(journal) = self.journal(folder, true)? else {
+            return Ok(None);
+        };
+        let body: Vec<u8> = payload
+            .iter()
+            .flat_map(|chunk| chunk.iter().copied())
+            .collect();
+        let restore = |path: &std::path::Path, body: &[u8]| self.restore(path, body);
+        journal
+            .write(name, &body, &restore, || {
+                write_here(path, payload, true, false, &self.spares)
+            })
+            .map(Some)
     }
 
     fn folder(&self, prefix: Option<&Path>) -> object_store::Result<PathBuf> {
@@ -244,7 +323,7 @@ fn write_here(
     let written = payload
         .iter()
         .try_for_each(|chunk| file.write_all(chunk))
-        // A spare made ahead holds a block of zeros past what was written.
+        // A spare an earlier version made ahead holds a block of zeros.
         .and_then(|()| file.set_len(payload.content_length() as u64))
         .and_then(|()| if durable { file.sync_data() } else { Ok(()) })
         .and_then(|()| file.metadata());
@@ -447,6 +526,15 @@ impl ObjectStore for DirectLocal {
         }
         let path = self.fs.path_to_filesystem(location)?;
         let durable = opts.extensions.get::<ForLiveProcesses>().is_none();
+        let journaled = create
+            && durable
+            && payload.content_length() <= JOURNALED_OBJECT_BYTES
+            && path.parent().is_some_and(holds_the_wal);
+        if journaled {
+            if let Some(result) = self.write_journaled(&path, &payload)? {
+                return Ok(result);
+            }
+        }
         write_here(&path, &payload, create, durable, &self.spares)
     }
 
@@ -527,7 +615,7 @@ impl ObjectStore for DirectLocal {
 #[cfg(test)]
 mod tests {
     use super::super::spares::tests::files_in;
-    use super::super::spares::{SPARES_AHEAD, SPARE_BLOCK};
+    use super::super::spares::SPARES_AHEAD;
     use super::*;
     use object_store::GetRange;
     use std::sync::Arc;
@@ -777,8 +865,8 @@ mod tests {
             .await;
         assert!(gone.iter().all(|r| r.is_ok()), "{gone:?}");
         assert_eq!(direct.spares.ready(&folder), ahead + 4);
-        // Deleted files keep no bytes, files made ahead one block of zeros,
-        // and neither listing shows them.
+        // Deleted files and files made ahead keep no bytes, and neither
+        // listing shows them.
         let names = files_in(&folder);
         let spares: Vec<_> = names.iter().filter(|n| n.starts_with("spare#")).collect();
         assert_eq!(spares.len(), ahead + 4, "{names:?}");
@@ -786,12 +874,7 @@ mod tests {
             .iter()
             .map(|spare| std::fs::metadata(folder.join(spare)).unwrap().len())
             .collect();
-        let emptied = sizes.iter().filter(|&&size| size == 0).count();
-        let blocks = sizes
-            .iter()
-            .filter(|&&size| size == SPARE_BLOCK as u64)
-            .count();
-        assert_eq!((emptied, blocks), (4, ahead), "{sizes:?}");
+        assert!(sizes.iter().all(|&size| size == 0), "{sizes:?}");
         for store in [&direct as &dyn ObjectStore, &fs] {
             let mut listed: Vec<_> = store
                 .list(Some(&Path::from("wal")))
@@ -850,10 +933,12 @@ mod tests {
                 "{missing:?}"
             );
         }
-        // A dropped store leaves the next one its spares ahead, and no more.
+        // A dropped store leaves the next one its spares ahead, and no more,
+        // beside the WAL's journal.
         drop(direct);
         let (kept, objects): (Vec<_>, Vec<_>) = files_in(&folder)
             .into_iter()
+            .filter(|n| n != super::super::journal::JOURNAL_NAME)
             .partition(|n| n.starts_with("kept#"));
         let expected: Vec<_> = (4..9).map(|i| format!("{i:020}.sst")).collect();
         assert_eq!(objects, expected);

@@ -23,6 +23,7 @@ macro_rules! wrapping_store_text {
 }
 
 pub mod counted;
+mod journal;
 pub mod keys;
 pub mod lease;
 mod local;

@@ -35,7 +35,7 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{ErrorKind, Write};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -48,17 +48,10 @@ pub const MOST_SPARES_PER_FOLDER: usize = 16_384;
 /// room for a flush's manifest and SST writes that come in a burst.
 pub const SPARES_AHEAD: usize = 4;
 
-/// Bytes a file made ahead in the WAL's folder is written with, and synced,
-/// before a commit takes it: a small write into a block the file owns already
-/// syncs the block and the inode, where a write into an empty file also
-/// allocates the block. Only the WAL's folder is written at every commit;
-/// elsewhere the blocks would be bytes no listing shows, for little.
-pub const SPARE_BLOCK: usize = 4096;
-
 /// The folder of SlateDB's WAL objects, one per commit.
 const WAL_FOLDER: &str = "wal";
 
-fn holds_the_wal(folder: &Path) -> bool {
+pub(super) fn holds_the_wal(folder: &Path) -> bool {
     folder_name(folder) == Some(WAL_FOLDER)
 }
 
@@ -127,8 +120,9 @@ impl Spares {
         }
     }
 
-    /// A spare of `folder`, open for writing (empty, or a block of zeros
-    /// that the write cuts off), or `None` when it has none.
+    /// A spare of `folder`, open for writing (empty, or, left by a version
+    /// that made them with a block, zeros that the write cuts off), or
+    /// `None` when it has none.
     pub fn take(&self, folder: &Path) -> Option<(File, PathBuf)> {
         self.adopt_kept(folder);
         let spare = self.with_folder(folder, |f| f.ready.pop())??;
@@ -219,26 +213,11 @@ impl Spares {
     }
 
     fn make_ahead(&self, folder: &Path) {
-        let block: &[u8] = if holds_the_wal(folder) {
-            &[0; SPARE_BLOCK]
-        } else {
-            &[]
-        };
         while self.with_folder(folder, |f| f.ready.len() < SPARES_AHEAD) == Some(true) {
             let Some(spare) = self.fresh_name(folder) else {
                 break;
             };
-            let made = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&spare)
-                .and_then(|mut file| {
-                    if block.is_empty() {
-                        return Ok(());
-                    }
-                    file.write_all(block)?;
-                    file.sync_data()
-                });
+            let made = OpenOptions::new().write(true).create_new(true).open(&spare);
             if made.is_err() {
                 let _ = std::fs::remove_file(&spare);
                 break;

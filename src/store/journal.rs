@@ -1,0 +1,744 @@
+//! The WAL folder's journal on a local store: one cache flush per commit.
+//!
+//! Publishing a WAL object durably takes two flushes of the disk's cache:
+//! the object's bytes, then the folder that gained its name. DuckDB's own
+//! catalog takes one, an append to a log file whose name is durable
+//! already. So a commit's WAL object is first appended, name and bytes, to
+//! this journal (`wal/journal#0`, a file of [`JOURNAL_BYTES`] whose blocks
+//! were written and synced when it was made) and the journal alone is
+//! synced; then the object is published in the folder without a sync. The
+//! journal's write lands in a block the file owns, so its sync writes no
+//! metadata ([design 0022](../../docs/design/0022-the-wal-journal.md)).
+//!
+//! What this risks is only what a crash of the machine loses: the page
+//! cache. A process that dies leaves its objects to the kernel, which
+//! writes them. So the journal's header names the boot it was written in,
+//! and the first open in a later boot restores every journaled object that
+//! is missing or differs from its record, synced, before anything reads the
+//! folder. A full journal starts a new epoch once `syncfs` has made every
+//! object it covered durable.
+//!
+//! Every process that writes the folder appends under an `flock` on the
+//! journal and checks that the name is free before it appends, so of two
+//! writers racing for one WAL id (SlateDB's fencing) only one journals it;
+//! should a publish fail anyway, a cancelling record follows before the
+//! failure is reported, and the record read later wins.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+/// The journal's name in the WAL folder. Both listings skip a name that
+/// ends in `#` and digits, as they skip a staged write.
+pub const JOURNAL_NAME: &str = "journal#0";
+
+/// The journal's size, made once: about 1,400 single-row commits between
+/// two `syncfs`.
+pub const JOURNAL_BYTES: u64 = 1 << 20;
+
+/// Objects up to this size are journaled; a larger one (a commit of many
+/// rows) is published synced, as every object was before the journal.
+pub const JOURNALED_OBJECT_BYTES: usize = 128 << 10;
+
+/// The header's block: magic, epoch, boot, checksum. Records follow it.
+const HEADER_BYTES: u64 = 4096;
+const HEADER_MAGIC: &[u8; 8] = b"MORJRNL1";
+const HEADER_LEN: usize = 36;
+
+const RECORD_MAGIC: u32 = 0x4d4a_5231;
+/// magic, epoch, kind, three zero bytes, name length, body length, checksum.
+const RECORD_HEAD: usize = 28;
+
+/// What a record says of its name.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    /// The object published under the name holds the record's bytes.
+    Object = 1,
+    /// The object journaled before under the name was never published.
+    Cancelled = 2,
+}
+
+/// The kernel's boot id, which changes when the machine restarts and so when
+/// the page cache may have lost what it held; `None` where there is none,
+/// and then nothing is journaled.
+pub fn boot() -> Option<[u8; 16]> {
+    static BOOT: OnceLock<Option<[u8; 16]>> = OnceLock::new();
+    *BOOT.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        uuid::Uuid::parse_str(text.trim())
+            .ok()
+            .map(|id| *id.as_bytes())
+    })
+}
+
+/// Writes an object durably: how a recovery restores what it finds lost.
+pub type Restore<'a> = &'a dyn Fn(&Path, &[u8]) -> std::io::Result<()>;
+
+pub struct Journal {
+    file: File,
+    folder: PathBuf,
+    boot: [u8; 16],
+    /// Where this process believes the next record goes, under the epoch it
+    /// last read; another process's appends and new epochs are read again
+    /// under the lock.
+    tail: Mutex<Tail>,
+}
+
+#[derive(Clone, Copy)]
+struct Tail {
+    epoch: u64,
+    offset: u64,
+}
+
+#[derive(Clone, Copy)]
+struct Header {
+    epoch: u64,
+    boot: [u8; 16],
+}
+
+impl Journal {
+    /// The journal of `folder` if it has one, with what a crash of the
+    /// machine lost restored; `None` without one or where it cannot be
+    /// written (a read-only mount).
+    pub fn open(folder: &Path, restore: Restore) -> std::io::Result<Option<Journal>> {
+        let Some(boot) = boot() else {
+            return Ok(None);
+        };
+        let path = folder.join(JOURNAL_NAME);
+        let file = match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::EROFS) => return Ok(None),
+            Err(e) => return Err(context(&path, e)),
+        };
+        let journal = Journal {
+            file,
+            folder: folder.to_path_buf(),
+            boot,
+            // Epoch 0 is no journal's: the first write finds the tail.
+            tail: Mutex::new(Tail {
+                epoch: 0,
+                offset: HEADER_BYTES,
+            }),
+        };
+        {
+            let mut tail = journal.lock()?;
+            let _held = journal.flock()?;
+            let header = journal.header()?;
+            if header.boot != journal.boot {
+                journal.recover(header, restore)?;
+                *tail = Tail {
+                    epoch: header.epoch + 1,
+                    offset: HEADER_BYTES,
+                };
+            }
+        }
+        Ok(Some(journal))
+    }
+
+    /// The journal of `folder`, made (its blocks written and synced, then
+    /// linked in and the folder synced) unless another process made it first.
+    pub fn create(folder: &Path, restore: Restore) -> std::io::Result<Journal> {
+        if let Some(journal) = Journal::open(folder, restore)? {
+            return Ok(journal);
+        }
+        let boot = boot().ok_or_else(|| std::io::Error::other("this system has no boot id"))?;
+        let path = folder.join(JOURNAL_NAME);
+        let staged = folder.join(format!("journal-new#{}", std::process::id()));
+        let made = (|| {
+            let mut file = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&staged)?;
+            let mut block = vec![0u8; HEADER_BYTES as usize];
+            block[..HEADER_LEN].copy_from_slice(&header_bytes(Header { epoch: 1, boot }));
+            file.write_all(&block)?;
+            let zeros = vec![0u8; 64 << 10];
+            let mut left = JOURNAL_BYTES - HEADER_BYTES;
+            while left > 0 {
+                let n = left.min(zeros.len() as u64) as usize;
+                file.write_all(&zeros[..n])?;
+                left -= n as u64;
+            }
+            file.sync_all()?;
+            match std::fs::hard_link(&staged, &path) {
+                Ok(()) => File::open(folder)?.sync_all(),
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(e),
+            }
+        })();
+        let _ = std::fs::remove_file(&staged);
+        made.map_err(|e| context(&path, e))?;
+        Journal::open(folder, restore)?
+            .ok_or_else(|| context(&path, std::io::Error::other("made, then not found")))
+    }
+
+    /// Publishes `name` in the journal's folder with `body`: journals it,
+    /// synced, then runs `publish`, which writes the object without a sync.
+    /// A name that exists already is refused as `AlreadyExists` before
+    /// anything is journaled; a publish that fails is cancelled in the
+    /// journal before its error is returned.
+    pub fn write<T>(
+        &self,
+        name: &str,
+        body: &[u8],
+        restore: Restore,
+        publish: impl FnOnce() -> object_store::Result<T>,
+    ) -> object_store::Result<T> {
+        let mut tail = self.lock().map_err(|e| self.error(e))?;
+        let _held = self.flock().map_err(|e| self.error(e))?;
+        self.refresh(&mut tail, restore)
+            .map_err(|e| self.error(e))?;
+        let path = self.folder.join(name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(_) => {
+                return Err(object_store::Error::AlreadyExists {
+                    path: path.display().to_string(),
+                    source: "a WAL object of that name exists".into(),
+                })
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(self.error(context(&path, e))),
+        }
+        self.append(&mut tail, Kind::Object, name, body)
+            .map_err(|e| self.error(e))?;
+        let published = publish();
+        if published.is_err() {
+            self.append(&mut tail, Kind::Cancelled, name, &[])
+                .map_err(|e| self.error(e))?;
+        }
+        published
+    }
+
+    fn lock(&self) -> std::io::Result<std::sync::MutexGuard<'_, Tail>> {
+        self.tail
+            .lock()
+            .map_err(|_| std::io::Error::other("the journal's lock is poisoned"))
+    }
+
+    /// The lock every process writing the folder takes around an append.
+    fn flock(&self) -> std::io::Result<Flock<'_>> {
+        // SAFETY: `file` is an open descriptor for as long as the guard lives.
+        let locked = unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX) };
+        if locked != 0 {
+            return Err(context(&self.path(), std::io::Error::last_os_error()));
+        }
+        Ok(Flock(&self.file))
+    }
+
+    /// Reads the header and skips what other processes appended, and
+    /// restores the journaled objects if it was written in an earlier boot.
+    fn refresh(&self, tail: &mut Tail, restore: Restore) -> std::io::Result<()> {
+        let header = self.header()?;
+        if header.boot != self.boot {
+            self.recover(header, restore)?;
+            *tail = Tail {
+                epoch: header.epoch + 1,
+                offset: HEADER_BYTES,
+            };
+            return Ok(());
+        }
+        if header.epoch != tail.epoch {
+            *tail = Tail {
+                epoch: header.epoch,
+                offset: HEADER_BYTES,
+            };
+        } else if !self.record_begins_at(tail.epoch, tail.offset)? {
+            // Nobody appended since this process did: the usual case, one read.
+            return Ok(());
+        }
+        let (_, end) = self.records_from(tail.epoch, tail.offset)?;
+        tail.offset = end;
+        Ok(())
+    }
+
+    /// Restores every object the records of `header`'s epoch name, unless
+    /// cancelled or already holding the record's bytes, then starts the
+    /// next epoch in this boot.
+    fn recover(&self, header: Header, restore: Restore) -> std::io::Result<()> {
+        let mut latest: HashMap<String, Option<Vec<u8>>> = HashMap::new();
+        for record in self.records_from(header.epoch, HEADER_BYTES)?.0 {
+            let body = (record.kind == Kind::Object).then_some(record.body);
+            latest.insert(record.name, body);
+        }
+        for (name, body) in latest {
+            let Some(body) = body else { continue };
+            let path = self.folder.join(&name);
+            let held = match std::fs::read(&path) {
+                Ok(bytes) => bytes == body,
+                Err(e) if e.kind() == ErrorKind::NotFound => false,
+                Err(e) => return Err(context(&path, e)),
+            };
+            if !held {
+                restore(&path, &body).map_err(|e| context(&path, e))?;
+            }
+        }
+        self.start_epoch(Header {
+            epoch: header.epoch + 1,
+            boot: self.boot,
+        })
+    }
+
+    /// Appends a record at the tail and syncs it, first starting a new
+    /// epoch when it does not fit.
+    fn append(&self, tail: &mut Tail, kind: Kind, name: &str, body: &[u8]) -> std::io::Result<()> {
+        let len = padded(RECORD_HEAD + name.len() + body.len()) as u64;
+        if HEADER_BYTES + len > JOURNAL_BYTES {
+            return Err(std::io::Error::other(format!(
+                "a record of {len} bytes does not fit a journal of {JOURNAL_BYTES}"
+            )));
+        }
+        if tail.offset + len > JOURNAL_BYTES {
+            self.checkpoint(tail)?;
+        }
+        self.file
+            .write_all_at(&record_bytes(tail.epoch, kind, name, body), tail.offset)?;
+        self.file.sync_data()?;
+        tail.offset += len;
+        Ok(())
+    }
+
+    /// Makes every object of the file system durable, then starts a new
+    /// epoch: the records before it are no longer needed.
+    fn checkpoint(&self, tail: &mut Tail) -> std::io::Result<()> {
+        // SAFETY: `file` is an open descriptor.
+        if unsafe { libc::syncfs(self.file.as_raw_fd()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let epoch = tail.epoch + 1;
+        self.start_epoch(Header {
+            epoch,
+            boot: self.boot,
+        })?;
+        *tail = Tail {
+            epoch,
+            offset: HEADER_BYTES,
+        };
+        Ok(())
+    }
+
+    fn start_epoch(&self, header: Header) -> std::io::Result<()> {
+        self.file.write_all_at(&header_bytes(header), 0)?;
+        self.file.sync_data()
+    }
+
+    fn header(&self) -> std::io::Result<Header> {
+        let mut bytes = [0u8; HEADER_LEN];
+        self.file.read_exact_at(&mut bytes, 0)?;
+        parse_header(&bytes).ok_or_else(|| {
+            std::io::Error::other(format!(
+                "the WAL journal {} has a damaged header; if the machine has not crashed since the \
+                 last session, removing it loses nothing",
+                self.path().display()
+            ))
+        })
+    }
+
+    /// Whether a record of `epoch` begins at `offset` (its head alone read).
+    fn record_begins_at(&self, epoch: u64, offset: u64) -> std::io::Result<bool> {
+        if offset + RECORD_HEAD as u64 > JOURNAL_BYTES {
+            return Ok(false);
+        }
+        let mut head = [0u8; RECORD_HEAD];
+        self.file.read_exact_at(&mut head, offset)?;
+        Ok(parse_record_head(&head, epoch).is_some())
+    }
+
+    /// The whole records of `epoch` from `offset` on, read at once, and
+    /// where they end.
+    fn records_from(&self, epoch: u64, offset: u64) -> std::io::Result<(Vec<Record>, u64)> {
+        let mut bytes = vec![0u8; JOURNAL_BYTES.saturating_sub(offset) as usize];
+        self.file.read_exact_at(&mut bytes, offset)?;
+        let (mut records, mut at) = (Vec::new(), 0);
+        while let Some((record, len)) = record_in(&bytes[at..], epoch) {
+            records.push(record);
+            at += len;
+        }
+        Ok((records, offset + at as u64))
+    }
+
+    fn path(&self) -> PathBuf {
+        self.folder.join(JOURNAL_NAME)
+    }
+
+    fn error(&self, source: std::io::Error) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "LocalFileSystem",
+            source: format!("WAL journal {}: {source}", self.path().display()).into(),
+        }
+    }
+}
+
+/// Holds the journal's `flock` until dropped.
+struct Flock<'a>(&'a File);
+
+impl Drop for Flock<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor outlives the guard.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+struct Record {
+    kind: Kind,
+    name: String,
+    body: Vec<u8>,
+}
+
+/// The record of `epoch` at the start of `bytes` if it is there whole, and
+/// its length padded.
+fn record_in(bytes: &[u8], epoch: u64) -> Option<(Record, usize)> {
+    let head: &[u8; RECORD_HEAD] = bytes.get(..RECORD_HEAD)?.try_into().ok()?;
+    let (kind, name_len, body_len, sum) = parse_record_head(head, epoch)?;
+    let rest = bytes.get(RECORD_HEAD..RECORD_HEAD + name_len + body_len)?;
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&head[4..24]);
+    hasher.update(rest);
+    if hasher.finalize() != sum {
+        return None;
+    }
+    let name = std::str::from_utf8(&rest[..name_len]).ok()?.to_string();
+    let record = Record {
+        kind,
+        name,
+        body: rest[name_len..].to_vec(),
+    };
+    Some((record, padded(RECORD_HEAD + name_len + body_len)))
+}
+
+fn padded(len: usize) -> usize {
+    len.div_ceil(8) * 8
+}
+
+fn header_bytes(header: Header) -> [u8; HEADER_LEN] {
+    let mut bytes = [0u8; HEADER_LEN];
+    bytes[..8].copy_from_slice(HEADER_MAGIC);
+    bytes[8..16].copy_from_slice(&header.epoch.to_le_bytes());
+    bytes[16..32].copy_from_slice(&header.boot);
+    let sum = crc32fast::hash(&bytes[..32]);
+    bytes[32..].copy_from_slice(&sum.to_le_bytes());
+    bytes
+}
+
+fn parse_header(bytes: &[u8; HEADER_LEN]) -> Option<Header> {
+    let sum = u32::from_le_bytes(bytes[32..].try_into().ok()?);
+    if &bytes[..8] != HEADER_MAGIC || crc32fast::hash(&bytes[..32]) != sum {
+        return None;
+    }
+    Some(Header {
+        epoch: u64::from_le_bytes(bytes[8..16].try_into().ok()?),
+        boot: bytes[16..32].try_into().ok()?,
+    })
+}
+
+fn record_bytes(epoch: u64, kind: Kind, name: &str, body: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(padded(RECORD_HEAD + name.len() + body.len()));
+    bytes.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+    bytes.extend_from_slice(&epoch.to_le_bytes());
+    bytes.extend_from_slice(&[kind as u8, 0, 0, 0]);
+    bytes.extend_from_slice(&(name.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&bytes[4..24]);
+    hasher.update(name.as_bytes());
+    hasher.update(body);
+    bytes.extend_from_slice(&hasher.finalize().to_le_bytes());
+    bytes.extend_from_slice(name.as_bytes());
+    bytes.extend_from_slice(body);
+    bytes.resize(padded(bytes.len()), 0);
+    bytes
+}
+
+/// A record head's kind, name and body lengths and checksum, when it is
+/// one of `epoch`.
+fn parse_record_head(head: &[u8; RECORD_HEAD], epoch: u64) -> Option<(Kind, usize, usize, u32)> {
+    let word = |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+    let their_epoch = u64::from_le_bytes(head[4..12].try_into().ok()?);
+    if word(0) != RECORD_MAGIC || their_epoch != epoch {
+        return None;
+    }
+    let kind = match head[12] {
+        1 => Kind::Object,
+        2 => Kind::Cancelled,
+        _ => return None,
+    };
+    let (name_len, body_len) = (word(16) as usize, word(20) as usize);
+    (name_len + body_len <= JOURNAL_BYTES as usize).then_some((kind, name_len, body_len, word(24)))
+}
+
+fn context(path: &Path, source: std::io::Error) -> std::io::Error {
+    std::io::Error::new(source.kind(), format!("{}: {source}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::local::DirectLocal;
+    use super::*;
+    use futures_util::StreamExt;
+    use object_store::path::Path as Location;
+    use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+
+    fn store() -> (tempfile::TempDir, DirectLocal) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirectLocal::new(dir.path()).unwrap();
+        (dir, store)
+    }
+
+    fn wal(n: u64) -> Location {
+        Location::from(format!("wal/{n:020}.sst"))
+    }
+
+    fn body(n: u64, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (n as usize * 31 + i) as u8).collect()
+    }
+
+    async fn create(
+        store: &DirectLocal,
+        location: &Location,
+        bytes: Vec<u8>,
+    ) -> object_store::Result<()> {
+        let options = PutOptions::from(PutMode::Create);
+        store
+            .put_opts(location, PutPayload::from(bytes), options)
+            .await
+            .map(drop)
+    }
+
+    fn header_of(folder: &Path) -> Header {
+        let mut bytes = [0u8; HEADER_LEN];
+        File::open(folder.join(JOURNAL_NAME))
+            .unwrap()
+            .read_exact_at(&mut bytes, 0)
+            .unwrap();
+        parse_header(&bytes).unwrap()
+    }
+
+    /// What the next boot finds: the journal as it was, under another boot id.
+    fn as_after_a_reboot(folder: &Path) {
+        let header = header_of(folder);
+        let file = OpenOptions::new()
+            .write(true)
+            .open(folder.join(JOURNAL_NAME))
+            .unwrap();
+        let other = Header {
+            boot: [0xa5; 16],
+            ..header
+        };
+        file.write_all_at(&header_bytes(other), 0).unwrap();
+    }
+
+    #[tokio::test]
+    async fn what_a_machine_crash_loses_of_journaled_objects_the_next_open_restores() {
+        let (dir, first) = store();
+        for n in 1..=4 {
+            create(&first, &wal(n), body(n, 600)).await.unwrap();
+        }
+        let folder = dir.path().join("wal");
+        let epoch = header_of(&folder).epoch;
+        drop(first);
+        // The page cache's losses: a name without its object, an object
+        // cut short, one whose block held an older object's bytes.
+        std::fs::remove_file(folder.join(format!("{:020}.sst", 1))).unwrap();
+        std::fs::write(folder.join(format!("{:020}.sst", 2)), b"").unwrap();
+        std::fs::write(folder.join(format!("{:020}.sst", 3)), body(9, 600)).unwrap();
+        as_after_a_reboot(&folder);
+
+        let next = DirectLocal::new(dir.path()).unwrap();
+        next.restore_wal(&Location::from("wal")).unwrap();
+        for n in 1..=4 {
+            let bytes = next.get(&wal(n)).await.unwrap().bytes().await.unwrap();
+            assert_eq!(bytes.as_ref(), body(n, 600).as_slice(), "object {n}");
+        }
+        let header = header_of(&folder);
+        assert_eq!(header.boot, boot().unwrap());
+        assert_eq!(
+            header.epoch,
+            epoch + 1,
+            "the restored records are done with"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_name_that_exists_is_refused_before_anything_is_journaled() {
+        let (dir, store) = store();
+        create(&store, &wal(1), body(1, 100)).await.unwrap();
+        let again = create(&store, &wal(1), body(2, 100)).await;
+        assert!(
+            matches!(again, Err(object_store::Error::AlreadyExists { .. })),
+            "{again:?}"
+        );
+        let folder = dir.path().join("wal");
+        std::fs::remove_file(folder.join(format!("{:020}.sst", 1))).unwrap();
+        as_after_a_reboot(&folder);
+        let next = DirectLocal::new(dir.path()).unwrap();
+        next.restore_wal(&Location::from("wal")).unwrap();
+        let bytes = next.get(&wal(1)).await.unwrap().bytes().await.unwrap();
+        assert_eq!(
+            bytes.as_ref(),
+            body(1, 100).as_slice(),
+            "the winner's bytes, not the loser's"
+        );
+    }
+
+    #[test]
+    fn a_publish_that_failed_is_cancelled_and_never_restored() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("wal");
+        std::fs::create_dir(&folder).unwrap();
+        let restore = |path: &Path, body: &[u8]| std::fs::write(path, body);
+        let journal = Journal::create(&folder, &restore).unwrap();
+        let failed = journal.write("00000000000000000005.sst", b"lost", &restore, || {
+            Err::<(), _>(object_store::Error::Generic {
+                store: "test",
+                source: "the disk is full".into(),
+            })
+        });
+        assert!(failed.is_err());
+        journal
+            .write("00000000000000000006.sst", b"kept", &restore, || {
+                std::fs::write(folder.join("00000000000000000006.sst"), b"kept").map_err(|e| {
+                    object_store::Error::Generic {
+                        store: "test",
+                        source: e.into(),
+                    }
+                })
+            })
+            .unwrap();
+        drop(journal);
+        std::fs::remove_file(folder.join("00000000000000000006.sst")).unwrap();
+        as_after_a_reboot(&folder);
+        Journal::open(&folder, &restore).unwrap().unwrap();
+        assert!(!folder.join("00000000000000000005.sst").exists());
+        assert_eq!(
+            std::fs::read(folder.join("00000000000000000006.sst")).unwrap(),
+            b"kept"
+        );
+    }
+
+    #[test]
+    fn a_record_torn_by_a_crash_ends_the_journal_and_the_next_write_takes_its_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("wal");
+        std::fs::create_dir(&folder).unwrap();
+        let restore = |path: &Path, body: &[u8]| std::fs::write(path, body);
+        let publish = |name: &'static str, body: &'static [u8]| {
+            let path = folder.join(name);
+            move || {
+                std::fs::write(&path, body).map_err(|e| object_store::Error::Generic {
+                    store: "test",
+                    source: e.into(),
+                })
+            }
+        };
+        let journal = Journal::create(&folder, &restore).unwrap();
+        let first = "00000000000000000001.sst";
+        journal
+            .write(first, b"one", &restore, publish(first, b"one"))
+            .unwrap();
+        // Another process's record, its head written and its body not.
+        let tail = journal.lock().unwrap().offset;
+        let torn = record_bytes(header_of(&folder).epoch, Kind::Object, "x.sst", b"torn");
+        journal
+            .file
+            .write_all_at(&torn[..RECORD_HEAD], tail)
+            .unwrap();
+        let second = "00000000000000000002.sst";
+        journal
+            .write(second, b"two", &restore, publish(second, b"two"))
+            .unwrap();
+        let written = record_bytes(0, Kind::Object, second, b"two").len() as u64;
+        assert_eq!(
+            journal.lock().unwrap().offset,
+            tail + written,
+            "written over the torn one"
+        );
+        drop(journal);
+        for name in [first, second] {
+            std::fs::remove_file(folder.join(name)).unwrap();
+        }
+        as_after_a_reboot(&folder);
+        Journal::open(&folder, &restore).unwrap().unwrap();
+        assert_eq!(std::fs::read(folder.join(first)).unwrap(), b"one");
+        assert_eq!(std::fs::read(folder.join(second)).unwrap(), b"two");
+        assert!(!folder.join("x.sst").exists());
+    }
+
+    #[tokio::test]
+    async fn a_full_journal_makes_its_objects_durable_and_starts_a_new_epoch() {
+        let (dir, store) = store();
+        let folder = dir.path().join("wal");
+        let big = JOURNALED_OBJECT_BYTES - 64;
+        let per_epoch = (JOURNAL_BYTES - HEADER_BYTES) as usize / big;
+        for n in 1..=(per_epoch as u64 + 2) {
+            create(&store, &wal(n), body(n, big)).await.unwrap();
+        }
+        assert_eq!(header_of(&folder).epoch, 2);
+        drop(store);
+        // Only the new epoch's objects can still be in the page cache alone.
+        for n in [per_epoch as u64 + 1, per_epoch as u64 + 2] {
+            std::fs::remove_file(folder.join(format!("{n:020}.sst"))).unwrap();
+        }
+        as_after_a_reboot(&folder);
+        let next = DirectLocal::new(dir.path()).unwrap();
+        next.restore_wal(&Location::from("wal")).unwrap();
+        for n in 1..=(per_epoch as u64 + 2) {
+            let bytes = next.get(&wal(n)).await.unwrap().bytes().await.unwrap();
+            assert_eq!(bytes.len(), big, "object {n}");
+        }
+    }
+
+    #[tokio::test]
+    async fn two_stores_of_one_folder_append_after_each_other() {
+        let (dir, first) = store();
+        let second = DirectLocal::new(dir.path()).unwrap();
+        for n in 1..=20 {
+            let writer = if n % 3 == 0 { &second } else { &first };
+            create(writer, &wal(n), body(n, 300)).await.unwrap();
+        }
+        drop((first, second));
+        let folder = dir.path().join("wal");
+        for n in 1..=20 {
+            std::fs::remove_file(folder.join(format!("{n:020}.sst"))).unwrap();
+        }
+        as_after_a_reboot(&folder);
+        let next = DirectLocal::new(dir.path()).unwrap();
+        next.restore_wal(&Location::from("wal")).unwrap();
+        for n in 1..=20 {
+            let bytes = next.get(&wal(n)).await.unwrap().bytes().await.unwrap();
+            assert_eq!(bytes.as_ref(), body(n, 300).as_slice(), "object {n}");
+        }
+    }
+
+    #[tokio::test]
+    async fn objects_outside_the_wal_and_large_ones_are_not_journaled() {
+        let (dir, store) = store();
+        let manifest = Location::from("manifest/00000000000000000001.manifest");
+        create(&store, &manifest, body(1, 100)).await.unwrap();
+        assert!(!dir.path().join("manifest").join(JOURNAL_NAME).exists());
+        create(&store, &wal(1), body(1, JOURNALED_OBJECT_BYTES + 1))
+            .await
+            .unwrap();
+        assert!(!dir.path().join("wal").join(JOURNAL_NAME).exists());
+        let listed: Vec<_> = store
+            .list(None)
+            .map(|meta| meta.unwrap().location.to_string())
+            .collect::<Vec<_>>()
+            .await;
+        assert_eq!(listed.len(), 2, "{listed:?}");
+        create(&store, &wal(2), body(2, 100)).await.unwrap();
+        assert!(dir.path().join("wal").join(JOURNAL_NAME).exists());
+        let mut listed: Vec<_> = store
+            .list(Some(&Location::from("wal")))
+            .map(|meta| meta.unwrap().location.to_string())
+            .collect::<Vec<_>>()
+            .await;
+        listed.sort();
+        assert_eq!(listed, vec![wal(1).to_string(), wal(2).to_string()]);
+    }
+}
