@@ -60,6 +60,9 @@ pub async fn physical_usage(store: &Store) -> Result<PhysicalUsage> {
         entry.0 += 1;
         entry.1 += meta.size;
     }
+    if let Some(bytes) = store.wal_journal_bytes() {
+        usage.by_type.insert("journal".to_string(), (1, bytes));
+    }
     Ok(usage)
 }
 

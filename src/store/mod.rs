@@ -253,6 +253,19 @@ impl Store {
         &self.root
     }
 
+    /// The size of a local store's WAL journal ([`journal`]), a file no
+    /// listing shows; `None` on other back-ends or before the first commit.
+    pub fn wal_journal_bytes(&self) -> Option<u64> {
+        let StoreUri::Local(dir) = &self.uri else {
+            return None;
+        };
+        let path = dir
+            .join(self.root.as_ref())
+            .join("wal")
+            .join(journal::JOURNAL_NAME);
+        std::fs::metadata(path).ok().map(|m| m.len())
+    }
+
     pub fn is_read_only(&self) -> bool {
         matches!(self.handle, Handle::Reader(_))
     }
