@@ -31,7 +31,16 @@ impl PhysicalUsage {
     pub fn objects(&self) -> u64 {
         self.by_type.values().map(|(n, _)| n).sum()
     }
+
+    /// The bytes history can grow and collection can give back: all but the
+    /// WAL journal's, a file of a fixed size.
+    pub fn history_bytes(&self) -> u64 {
+        self.bytes() - self.by_type.get(JOURNAL_TYPE).map_or(0, |(_, b)| *b)
+    }
 }
+
+/// The physical type of a local store's WAL journal.
+const JOURNAL_TYPE: &str = "journal";
 
 fn object_type(path: &str) -> &'static str {
     if path.contains("/wal/") {
@@ -61,7 +70,7 @@ pub async fn physical_usage(store: &Store) -> Result<PhysicalUsage> {
         entry.1 += meta.size;
     }
     if let Some(bytes) = store.wal_journal_bytes() {
-        usage.by_type.insert("journal".to_string(), (1, bytes));
+        usage.by_type.insert(JOURNAL_TYPE.to_string(), (1, bytes));
     }
     Ok(usage)
 }
