@@ -216,14 +216,20 @@ async fn an_idle_writer_gives_bytes_back_without_reclaim() {
         ],
     )
     .await;
-    let busy = reclaim::physical_usage(&store).await.unwrap().history_bytes();
+    let busy = reclaim::physical_usage(&store)
+        .await
+        .unwrap()
+        .history_bytes();
     let started = std::time::Instant::now();
     // Sample until the size has held still for three samples after shrinking.
     let mut idle = busy;
     let mut still = 0;
     while started.elapsed() < Duration::from_secs(30) && still < 3 {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = reclaim::physical_usage(&store).await.unwrap().history_bytes();
+        let now = reclaim::physical_usage(&store)
+            .await
+            .unwrap()
+            .history_bytes();
         still = if now == idle && now < busy {
             still + 1
         } else {
@@ -268,9 +274,15 @@ async fn a_held_upkeep_waits_for_the_hold_then_tidies() {
     // commit; four idle periods then pass with it held.
     let store = dropped_inline_data(dir.path(), &options).await;
     let hold = store.hold_upkeep();
-    let busy = reclaim::physical_usage(&store).await.unwrap().history_bytes();
+    let busy = reclaim::physical_usage(&store)
+        .await
+        .unwrap()
+        .history_bytes();
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let held = reclaim::physical_usage(&store).await.unwrap().history_bytes();
+    let held = reclaim::physical_usage(&store)
+        .await
+        .unwrap()
+        .history_bytes();
     assert!(
         held >= busy / 2,
         "the upkeep tidied while held: {busy} -> {held} bytes"
@@ -280,7 +292,10 @@ async fn a_held_upkeep_waits_for_the_hold_then_tidies() {
     let mut idle = held;
     while started.elapsed() < Duration::from_secs(30) && idle * 20 >= busy {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        idle = reclaim::physical_usage(&store).await.unwrap().history_bytes();
+        idle = reclaim::physical_usage(&store)
+            .await
+            .unwrap()
+            .history_bytes();
     }
     println!(
         "held upkeep: {busy} bytes busy, {held} after 4 s held, {idle} after the hold dropped"
