@@ -86,15 +86,20 @@ def for_live_processes(relative):
     return parts[-1] == "writer.lease" or "turn" in parts[:-1]
 
 
-def test_every_catalog_object_is_synced_before_its_name_appears_and_its_folder_after(tmp):
+def traced_commits(tmp, commits):
+    """A new lake in `tmp`, a table, `commits` single-row inserts and a detach, traced: the lake and the calls."""
     require_extension("moraine")
     lake = os.path.join(tmp, "lake")
     sql = ("ATTACH %s AS lake (DATA_PATH %s);\n" % (sql_quote("ducklake:moraine:" + lake),
                                                      sql_quote(os.path.join(tmp, "data") + "/"))
            + "CREATE TABLE lake.t (id INTEGER);\n"
-           + "".join("INSERT INTO lake.t VALUES (%d);\n" % i for i in range(5))
+           + "".join("INSERT INTO lake.t VALUES (%d);\n" % i for i in range(commits))
            + "DETACH lake;\n")
-    calls = trace(tmp, sql)
+    return lake, trace(tmp, sql)
+
+
+def test_every_catalog_object_is_synced_before_its_name_appears_and_its_folder_after(tmp):
+    lake, calls = traced_commits(tmp, 5)
     missing, published, journaled, unsynced = unsynced_publishes(calls, os.path.realpath(lake) + os.sep)
     # Every commit lands as a WAL object journaled first, and the attach writes manifests, the journal
     # itself (synced and its folder synced, as any object) and the lease.
@@ -121,14 +126,7 @@ def test_the_lake_folders_a_first_attach_creates_are_synced_in_their_parents(tmp
 def test_every_commit_makes_one_cache_flush(tmp):
     """Between two commits' WAL objects, the only sync in the WAL folder is its journal's: no sync of the
     object, none of the folder."""
-    require_extension("moraine")
-    lake = os.path.join(tmp, "lake")
-    sql = ("ATTACH %s AS lake (DATA_PATH %s);\n" % (sql_quote("ducklake:moraine:" + lake),
-                                                     sql_quote(os.path.join(tmp, "data") + "/"))
-           + "CREATE TABLE lake.t (id INTEGER);\n"
-           + "".join("INSERT INTO lake.t VALUES (%d);\n" % i for i in range(8))
-           + "DETACH lake;\n")
-    calls = trace(tmp, sql)
+    lake, calls = traced_commits(tmp, 8)
     wal = os.path.join(os.path.realpath(lake), "catalog", "wal")
     between, rounds = [], []
     for call in calls:

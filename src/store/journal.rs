@@ -533,6 +533,30 @@ mod tests {
         file.write_all_at(&header_bytes(other), 0).unwrap();
     }
 
+    /// An empty WAL folder, for a journal used without a store.
+    fn wal_folder() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("wal");
+        std::fs::create_dir(&folder).unwrap();
+        (dir, folder)
+    }
+
+    /// A store of `dir` opened in the next boot, its WAL restored.
+    fn opened_after_a_reboot(dir: &Path) -> DirectLocal {
+        as_after_a_reboot(&dir.join("wal"));
+        let next = DirectLocal::new(dir).unwrap();
+        next.restore_wal(&Location::from("wal")).unwrap();
+        next
+    }
+
+    /// Each WAL object of `ids` holds the bytes `body` gave it.
+    async fn assert_holds(store: &DirectLocal, ids: std::ops::RangeInclusive<u64>, len: usize) {
+        for n in ids {
+            let bytes = store.get(&wal(n)).await.unwrap().bytes().await.unwrap();
+            assert_eq!(bytes.as_ref(), body(n, len).as_slice(), "object {n}");
+        }
+    }
+
     #[tokio::test]
     async fn what_a_machine_crash_loses_of_journaled_objects_the_next_open_restores() {
         let (dir, first) = store();
@@ -547,14 +571,8 @@ mod tests {
         std::fs::remove_file(folder.join(format!("{:020}.sst", 1))).unwrap();
         std::fs::write(folder.join(format!("{:020}.sst", 2)), b"").unwrap();
         std::fs::write(folder.join(format!("{:020}.sst", 3)), body(9, 600)).unwrap();
-        as_after_a_reboot(&folder);
-
-        let next = DirectLocal::new(dir.path()).unwrap();
-        next.restore_wal(&Location::from("wal")).unwrap();
-        for n in 1..=4 {
-            let bytes = next.get(&wal(n)).await.unwrap().bytes().await.unwrap();
-            assert_eq!(bytes.as_ref(), body(n, 600).as_slice(), "object {n}");
-        }
+        let next = opened_after_a_reboot(dir.path());
+        assert_holds(&next, 1..=4, 600).await;
         let header = header_of(&folder);
         assert_eq!(header.boot, boot().unwrap());
         assert_eq!(
@@ -575,22 +593,13 @@ mod tests {
         );
         let folder = dir.path().join("wal");
         std::fs::remove_file(folder.join(format!("{:020}.sst", 1))).unwrap();
-        as_after_a_reboot(&folder);
-        let next = DirectLocal::new(dir.path()).unwrap();
-        next.restore_wal(&Location::from("wal")).unwrap();
-        let bytes = next.get(&wal(1)).await.unwrap().bytes().await.unwrap();
-        assert_eq!(
-            bytes.as_ref(),
-            body(1, 100).as_slice(),
-            "the winner's bytes, not the loser's"
-        );
+        // The winner's bytes, not the loser's.
+        assert_holds(&opened_after_a_reboot(dir.path()), 1..=1, 100).await;
     }
 
     #[test]
     fn a_publish_that_failed_is_cancelled_and_never_restored() {
-        let dir = tempfile::tempdir().unwrap();
-        let folder = dir.path().join("wal");
-        std::fs::create_dir(&folder).unwrap();
+        let (_dir, folder) = wal_folder();
         let restore = |path: &Path, body: &[u8]| std::fs::write(path, body);
         let journal = Journal::create(&folder, &restore).unwrap();
         let failed = journal.write("00000000000000000005.sst", b"lost", &restore, || {
@@ -623,9 +632,7 @@ mod tests {
 
     #[test]
     fn a_record_torn_by_a_crash_ends_the_journal_and_the_next_write_takes_its_place() {
-        let dir = tempfile::tempdir().unwrap();
-        let folder = dir.path().join("wal");
-        std::fs::create_dir(&folder).unwrap();
+        let (_dir, folder) = wal_folder();
         let restore = |path: &Path, body: &[u8]| std::fs::write(path, body);
         let publish = |name: &'static str, body: &'static [u8]| {
             let path = folder.join(name);
@@ -684,13 +691,12 @@ mod tests {
         for n in [per_epoch as u64 + 1, per_epoch as u64 + 2] {
             std::fs::remove_file(folder.join(format!("{n:020}.sst"))).unwrap();
         }
-        as_after_a_reboot(&folder);
-        let next = DirectLocal::new(dir.path()).unwrap();
-        next.restore_wal(&Location::from("wal")).unwrap();
-        for n in 1..=(per_epoch as u64 + 2) {
-            let bytes = next.get(&wal(n)).await.unwrap().bytes().await.unwrap();
-            assert_eq!(bytes.len(), big, "object {n}");
-        }
+        assert_holds(
+            &opened_after_a_reboot(dir.path()),
+            1..=per_epoch as u64 + 2,
+            big,
+        )
+        .await;
     }
 
     #[tokio::test]
@@ -706,13 +712,8 @@ mod tests {
         for n in 1..=20 {
             std::fs::remove_file(folder.join(format!("{n:020}.sst"))).unwrap();
         }
-        as_after_a_reboot(&folder);
-        let next = DirectLocal::new(dir.path()).unwrap();
-        next.restore_wal(&Location::from("wal")).unwrap();
-        for n in 1..=20 {
-            let bytes = next.get(&wal(n)).await.unwrap().bytes().await.unwrap();
-            assert_eq!(bytes.as_ref(), body(n, 300).as_slice(), "object {n}");
-        }
+        let next = opened_after_a_reboot(dir.path());
+        assert_holds(&next, 1..=20, 300).await;
     }
 
     #[tokio::test]
