@@ -9,7 +9,7 @@
 pub mod audit;
 
 use crate::error::{slate, Error, Result};
-use crate::store::{upkeep, Store};
+use crate::store::{layout, upkeep, Store};
 use object_store::ObjectStore;
 use slatedb::config::{GarbageCollectorDirectoryOptions, GarbageCollectorOptions};
 use std::collections::BTreeMap;
@@ -42,17 +42,15 @@ impl PhysicalUsage {
 /// The physical type of a local store's WAL journal.
 const JOURNAL_TYPE: &str = "journal";
 
+/// An object's physical type: by the SlateDB folder it lies in.
 fn object_type(path: &str) -> &'static str {
-    if path.contains("/wal/") {
-        "wal"
-    } else if path.contains("/compacted/") {
-        "sst"
-    } else if path.contains("/manifest/") {
-        "manifest"
-    } else if path.contains("/compactions/") {
-        "compactions"
-    } else {
-        "other"
+    let folder = path.rsplit('/').nth(1);
+    match folder {
+        Some(layout::WAL) => "wal",
+        Some(layout::COMPACTED) => "sst",
+        Some(layout::MANIFEST) => "manifest",
+        Some(layout::COMPACTIONS) => "compactions",
+        _ => "other",
     }
 }
 

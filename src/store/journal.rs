@@ -30,7 +30,7 @@ use std::io::{ErrorKind, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The journal's name in the WAL folder. Both listings skip a name that
 /// ends in `#` and digits, as they skip a staged write.
@@ -76,12 +76,14 @@ pub fn boot() -> Option<[u8; 16]> {
 }
 
 /// Writes an object durably: how a recovery restores what it finds lost.
-pub type Restore<'a> = &'a dyn Fn(&Path, &[u8]) -> std::io::Result<()>;
+pub type Restore = Arc<dyn Fn(&Path, &[u8]) -> std::io::Result<()> + Send + Sync>;
 
 pub struct Journal {
     file: File,
     folder: PathBuf,
     boot: [u8; 16],
+    /// How this journal's recoveries write an object back.
+    restore: Restore,
     /// Where this process believes the next record goes, under the epoch it
     /// last read; another process's appends and new epochs are read again
     /// under the lock.
@@ -120,6 +122,7 @@ impl Journal {
             file,
             folder: folder.to_path_buf(),
             boot,
+            restore,
             // Epoch 0 is no journal's: the first write finds the tail.
             tail: Mutex::new(Tail {
                 epoch: 0,
@@ -131,7 +134,7 @@ impl Journal {
             let _held = journal.flock()?;
             let header = journal.header()?;
             if header.boot != journal.boot {
-                journal.recover(header, restore)?;
+                journal.recover(header)?;
                 *tail = Tail {
                     epoch: header.epoch + 1,
                     offset: HEADER_BYTES,
@@ -144,7 +147,7 @@ impl Journal {
     /// The journal of `folder`, made (its blocks written and synced, then
     /// linked in and the folder synced) unless another process made it first.
     pub fn create(folder: &Path, restore: Restore) -> std::io::Result<Journal> {
-        if let Some(journal) = Journal::open(folder, restore)? {
+        if let Some(journal) = Journal::open(folder, restore.clone())? {
             return Ok(journal);
         }
         let boot = boot().ok_or_else(|| std::io::Error::other("this system has no boot id"))?;
@@ -188,13 +191,11 @@ impl Journal {
         &self,
         name: &str,
         body: &[u8],
-        restore: Restore,
         publish: impl FnOnce() -> object_store::Result<T>,
     ) -> object_store::Result<T> {
         let mut tail = self.lock().map_err(|e| self.error(e))?;
         let _held = self.flock().map_err(|e| self.error(e))?;
-        self.refresh(&mut tail, restore)
-            .map_err(|e| self.error(e))?;
+        self.refresh(&mut tail).map_err(|e| self.error(e))?;
         let path = self.folder.join(name);
         match std::fs::symlink_metadata(&path) {
             Ok(_) => {
@@ -234,10 +235,10 @@ impl Journal {
 
     /// Reads the header and skips what other processes appended, and
     /// restores the journaled objects if it was written in an earlier boot.
-    fn refresh(&self, tail: &mut Tail, restore: Restore) -> std::io::Result<()> {
+    fn refresh(&self, tail: &mut Tail) -> std::io::Result<()> {
         let header = self.header()?;
         if header.boot != self.boot {
-            self.recover(header, restore)?;
+            self.recover(header)?;
             *tail = Tail {
                 epoch: header.epoch + 1,
                 offset: HEADER_BYTES,
@@ -261,7 +262,7 @@ impl Journal {
     /// Restores every object the records of `header`'s epoch name, unless
     /// cancelled or already holding the record's bytes, then starts the
     /// next epoch in this boot.
-    fn recover(&self, header: Header, restore: Restore) -> std::io::Result<()> {
+    fn recover(&self, header: Header) -> std::io::Result<()> {
         let mut latest: HashMap<String, Option<Vec<u8>>> = HashMap::new();
         for record in self.records_from(header.epoch, HEADER_BYTES)?.0 {
             let body = (record.kind == Kind::Object).then_some(record.body);
@@ -276,7 +277,7 @@ impl Journal {
                 Err(e) => return Err(context(&path, e)),
             };
             if !held {
-                restore(&path, &body).map_err(|e| context(&path, e))?;
+                (self.restore)(&path, &body).map_err(|e| context(&path, e))?;
             }
         }
         self.start_epoch(Header {
@@ -600,9 +601,9 @@ mod tests {
     #[test]
     fn a_publish_that_failed_is_cancelled_and_never_restored() {
         let (_dir, folder) = wal_folder();
-        let restore = |path: &Path, body: &[u8]| std::fs::write(path, body);
-        let journal = Journal::create(&folder, &restore).unwrap();
-        let failed = journal.write("00000000000000000005.sst", b"lost", &restore, || {
+        let restore: Restore = Arc::new(|path: &Path, body: &[u8]| std::fs::write(path, body));
+        let journal = Journal::create(&folder, restore.clone()).unwrap();
+        let failed = journal.write("00000000000000000005.sst", b"lost", || {
             Err::<(), _>(object_store::Error::Generic {
                 store: "test",
                 source: "the disk is full".into(),
@@ -610,7 +611,7 @@ mod tests {
         });
         assert!(failed.is_err());
         journal
-            .write("00000000000000000006.sst", b"kept", &restore, || {
+            .write("00000000000000000006.sst", b"kept", || {
                 std::fs::write(folder.join("00000000000000000006.sst"), b"kept").map_err(|e| {
                     object_store::Error::Generic {
                         store: "test",
@@ -622,7 +623,7 @@ mod tests {
         drop(journal);
         std::fs::remove_file(folder.join("00000000000000000006.sst")).unwrap();
         as_after_a_reboot(&folder);
-        Journal::open(&folder, &restore).unwrap().unwrap();
+        Journal::open(&folder, restore.clone()).unwrap().unwrap();
         assert!(!folder.join("00000000000000000005.sst").exists());
         assert_eq!(
             std::fs::read(folder.join("00000000000000000006.sst")).unwrap(),
@@ -633,7 +634,7 @@ mod tests {
     #[test]
     fn a_record_torn_by_a_crash_ends_the_journal_and_the_next_write_takes_its_place() {
         let (_dir, folder) = wal_folder();
-        let restore = |path: &Path, body: &[u8]| std::fs::write(path, body);
+        let restore: Restore = Arc::new(|path: &Path, body: &[u8]| std::fs::write(path, body));
         let publish = |name: &'static str, body: &'static [u8]| {
             let path = folder.join(name);
             move || {
@@ -643,10 +644,10 @@ mod tests {
                 })
             }
         };
-        let journal = Journal::create(&folder, &restore).unwrap();
+        let journal = Journal::create(&folder, restore.clone()).unwrap();
         let first = "00000000000000000001.sst";
         journal
-            .write(first, b"one", &restore, publish(first, b"one"))
+            .write(first, b"one", publish(first, b"one"))
             .unwrap();
         // Another process's record, its head written and its body not.
         let tail = journal.lock().unwrap().offset;
@@ -657,7 +658,7 @@ mod tests {
             .unwrap();
         let second = "00000000000000000002.sst";
         journal
-            .write(second, b"two", &restore, publish(second, b"two"))
+            .write(second, b"two", publish(second, b"two"))
             .unwrap();
         let written = record_bytes(0, Kind::Object, second, b"two").len() as u64;
         assert_eq!(
@@ -670,7 +671,7 @@ mod tests {
             std::fs::remove_file(folder.join(name)).unwrap();
         }
         as_after_a_reboot(&folder);
-        Journal::open(&folder, &restore).unwrap().unwrap();
+        Journal::open(&folder, restore.clone()).unwrap().unwrap();
         assert_eq!(std::fs::read(folder.join(first)).unwrap(), b"one");
         assert_eq!(std::fs::read(folder.join(second)).unwrap(), b"two");
         assert!(!folder.join("x.sst").exists());

@@ -120,12 +120,11 @@ impl DirectLocal {
         if super::journal::boot().is_none() {
             return Ok(None);
         }
-        let restore = |path: &std::path::Path, body: &[u8]| self.restore(path, body);
         let opened = if make {
             create_folders(folder)?;
-            Journal::create(folder, &restore).map(Some)
+            Journal::create(folder, self.restorer()).map(Some)
         } else {
-            Journal::open(folder, &restore)
+            Journal::open(folder, self.restorer())
         };
         let opened = opened.map_err(|e| generic(folder, e))?.map(Arc::new);
         if let Some(journal) = &opened {
@@ -134,12 +133,15 @@ impl DirectLocal {
         Ok(opened)
     }
 
-    /// Writes a journaled object back, synced, as it was acknowledged.
-    fn restore(&self, path: &std::path::Path, body: &[u8]) -> std::io::Result<()> {
-        let payload = PutPayload::from(Bytes::copy_from_slice(body));
-        write_here(path, &payload, false, true, &self.spares)
-            .map(drop)
-            .map_err(std::io::Error::other)
+    /// How a journal writes an object back: synced, as it was acknowledged.
+    fn restorer(&self) -> super::journal::Restore {
+        let spares = self.spares.clone();
+        Arc::new(move |path: &std::path::Path, body: &[u8]| {
+            let payload = PutPayload::from(Bytes::copy_from_slice(body));
+            write_here(path, &payload, false, true, &spares)
+                .map(drop)
+                .map_err(std::io::Error::other)
+        })
     }
 
     /// Publishes a WAL object with one cache flush: its bytes journaled and
@@ -161,9 +163,8 @@ impl DirectLocal {
             .iter()
             .flat_map(|chunk| chunk.iter().copied())
             .collect();
-        let restore = |path: &std::path::Path, body: &[u8]| self.restore(path, body);
         journal
-            .write(name, &body, &restore, || {
+            .write(name, &body, || {
                 write_here(path, payload, true, false, &self.spares)
             })
             .map(Some)

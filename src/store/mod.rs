@@ -25,6 +25,7 @@ macro_rules! wrapping_store_text {
 pub mod counted;
 mod journal;
 pub mod keys;
+pub mod layout;
 pub mod lease;
 mod local;
 pub mod objects;
@@ -261,7 +262,7 @@ impl Store {
         };
         let path = dir
             .join(self.root.as_ref())
-            .join("wal")
+            .join(layout::WAL)
             .join(journal::JOURNAL_NAME);
         std::fs::metadata(path).ok().map(|m| m.len())
     }
@@ -553,13 +554,12 @@ async fn drain(mut iter: DbIterator, ctx: &str) -> Result<KeyValues> {
 
 /// What SlateDB and moraine keep at a store's root.
 const STORE_ENTRIES: [&str; 8] = [
-    "manifest",
-    "wal",
-    "compacted",
-    "compactions",
-    "checkpoints",
-    // Garbage collection's boundary files.
-    "gc",
+    layout::MANIFEST,
+    layout::WAL,
+    layout::COMPACTED,
+    layout::COMPACTIONS,
+    layout::CHECKPOINTS,
+    layout::GC,
     lease::LEASE_FILE,
     lease::TURN_DIR,
 ];
@@ -586,7 +586,7 @@ async fn check_location(
         .chain(listing.objects.iter().map(|o| &o.location))
         .filter_map(|p| p.filename().map(str::to_string))
         .collect();
-    if names.iter().any(|n| n == "manifest") {
+    if names.iter().any(|n| n == layout::MANIFEST) {
         return Ok(true);
     }
     match names.iter().find(|n| !STORE_ENTRIES.contains(&n.as_str())) {

@@ -7,6 +7,7 @@
 //! WAL reader. An object that disappears between the listing and the read was
 //! collected by the writer's garbage collector and is not damage.
 
+use super::layout;
 use crate::error::{panic_text, Error, Result};
 use futures_util::{FutureExt, StreamExt};
 use object_store::path::Path;
@@ -48,9 +49,9 @@ fn classify(root: &Path, path: &Path) -> Option<Object> {
     };
     let (stem, extension) = file.as_ref().rsplit_once('.')?;
     match (folder.as_ref(), extension) {
-        ("manifest", "manifest") => stem.parse().ok().map(Object::Manifest),
-        ("compacted", "sst") => ulid::Ulid::from_string(stem).ok().map(Object::Sst),
-        ("wal", "sst") => stem.parse().ok().map(Object::Wal),
+        (layout::MANIFEST, "manifest") => stem.parse().ok().map(Object::Manifest),
+        (layout::COMPACTED, "sst") => ulid::Ulid::from_string(stem).ok().map(Object::Sst),
+        (layout::WAL, "sst") => stem.parse().ok().map(Object::Wal),
         _ => None,
     }
 }

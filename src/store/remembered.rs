@@ -15,6 +15,7 @@
 //! through. Deleting or overwriting a path through this wrapper forgets it.
 
 use super::counted::RequestCounts;
+use super::layout;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::stream::BoxStream;
@@ -30,7 +31,7 @@ use std::sync::{Arc, Mutex};
 /// The folders under a store's root whose objects SlateDB writes once.
 /// Compacted SSTs are write-once too, but they can be large and are read a
 /// block at a time through SlateDB's own block cache.
-const WRITE_ONCE_FOLDERS: [&str; 3] = ["wal", "manifest", "compactions"];
+const WRITE_ONCE_FOLDERS: [&str; 3] = [layout::WAL, layout::MANIFEST, layout::COMPACTIONS];
 
 /// Objects larger than this are not kept, and later reads of them go to the
 /// store as asked: a catalog's WAL object is one commit, usually a few

@@ -48,11 +48,8 @@ pub const MOST_SPARES_PER_FOLDER: usize = 16_384;
 /// room for a flush's manifest and SST writes that come in a burst.
 pub const SPARES_AHEAD: usize = 4;
 
-/// The folder of SlateDB's WAL objects, one per commit.
-const WAL_FOLDER: &str = "wal";
-
 pub(super) fn holds_the_wal(folder: &Path) -> bool {
-    folder_name(folder) == Some(WAL_FOLDER)
+    folder_name(folder) == Some(super::layout::WAL)
 }
 
 fn folder_name(folder: &Path) -> Option<&str> {
@@ -64,18 +61,16 @@ fn folder_name(folder: &Path) -> Option<&str> {
 /// SST or manifest objects that took one write may never take another.
 const WRITES_BEFORE_RECYCLING: u32 = 2;
 
-/// The folders SlateDB writes its objects to. Each object there is written
-/// once under a name never used again, and deleted only by the collector
-/// after its minimum age, when nothing reads it: only there can a deleted
-/// file's inode become another object's without a reader seeing it.
+/// Whether `folder` is one of SlateDB's write-once folders: only there,
+/// where an object is deleted by the collector after its minimum age, when
+/// nothing reads it, can a deleted file's inode become another object's
+/// without a reader seeing it.
 /// moraine's writer lease and turn objects are rewritten under fixed names
 /// and read while another writer replaces or deletes them, so a reader
 /// that opened one before a recycle would read it short, or as the next
 /// lease (fresh-clone CI failed two many-writer tests so).
-const WRITE_ONCE_FOLDERS: [&str; 4] = [WAL_FOLDER, "compacted", "manifest", "compactions"];
-
 fn holds_write_once_objects(folder: &Path) -> bool {
-    folder_name(folder).is_some_and(|name| WRITE_ONCE_FOLDERS.contains(&name))
+    folder_name(folder).is_some_and(|name| super::layout::WRITE_ONCE.contains(&name))
 }
 
 #[derive(Default)]

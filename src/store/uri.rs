@@ -101,9 +101,10 @@ impl StoreUri {
                     .map_err(|e| Error::store(format!("creating {}", dir.display()), e))?;
                 let fs = super::local::DirectLocal::new(dir)
                     .map_err(|e| Error::store(format!("opening {}", dir.display()), e))?;
-                fs.restore_wal(&self.root_path().join("wal")).map_err(|e| {
-                    Error::store(format!("restoring the WAL journal of {}", dir.display()), e)
-                })?;
+                fs.restore_wal(&self.root_path().join(super::layout::WAL))
+                    .map_err(|e| {
+                        Error::store(format!("restoring the WAL journal of {}", dir.display()), e)
+                    })?;
                 Ok(Arc::new(fs))
             }
             StoreUri::Memory(name) => {
