@@ -28,10 +28,12 @@ use object_store::{
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
-/// The folders under a store's root whose objects SlateDB writes once.
-/// Compacted SSTs are write-once too, but they can be large and are read a
-/// block at a time through SlateDB's own block cache.
-const WRITE_ONCE_FOLDERS: [&str; 3] = [layout::WAL, layout::MANIFEST, layout::COMPACTIONS];
+/// Whether objects of `folder`, under a store's root, are kept: SlateDB's
+/// write-once folders but the compacted SSTs, which can be large and are
+/// read a block at a time through SlateDB's own block cache.
+fn keeps_objects_of(folder: &str) -> bool {
+    folder != layout::COMPACTED && layout::WRITE_ONCE.contains(&folder)
+}
 
 /// Objects larger than this are not kept, and later reads of them go to the
 /// store as asked: a catalog's WAL object is one commit, usually a few
@@ -127,7 +129,7 @@ impl Remembered {
         let folder = rest.next();
         let name = rest.next();
         match (folder, name, rest.next()) {
-            (Some(folder), Some(_), None) => WRITE_ONCE_FOLDERS.contains(&folder.as_ref()),
+            (Some(folder), Some(_), None) => keeps_objects_of(folder.as_ref()),
             _ => false,
         }
     }
