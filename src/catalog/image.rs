@@ -18,7 +18,7 @@
 //! ([design 0012](../../docs/design/0012-head-image.md),
 //! [design 0021](../../docs/design/0021-a-detach-writes-what-the-session-added.md)).
 
-use super::rows::PackedBuilder;
+use super::columns::{self, ColumnsBuilder};
 use super::{Head, Row, Rows, TableRef};
 use crate::error::{Error, Result};
 use crate::store::keys::{self, Subspace};
@@ -49,8 +49,13 @@ impl Replacement {
     }
 }
 
-/// The frame tag of an image part.
+/// The frame tag of an image part of the earlier layout, which held whole
+/// rows one after another; such parts read as stale.
 pub const IMAGE_TAG: u8 = 0xf2;
+
+/// The frame tag of an image part: its rows laid out column by column
+/// ([`columns`]).
+pub const COLUMNS_TAG: u8 = 0xf5;
 
 /// The most rows an attach keeps as appended to an imaged table it has not
 /// read; past them the table is read from its records when asked for, and
@@ -116,10 +121,15 @@ impl Stamp {
     }
 }
 
-/// The frame tag of the stamp. Stamps of the earlier layout (a part count
-/// per table, every part at the stamp's head) carry [`IMAGE_TAG`] and read
-/// as stale.
-pub const STAMP_TAG: u8 = 0xf4;
+/// The frame tag of the stamp, whose parts are laid out by column. Stamps
+/// of the earlier layouts read as stale, so that the next detach replaces
+/// their images: [`ROWS_STAMP_TAG`] named parts of whole rows, and before
+/// it a stamp held a part count per table, every part at the stamp's head,
+/// under [`IMAGE_TAG`].
+pub const STAMP_TAG: u8 = 0xf6;
+
+/// The frame tag of a stamp whose parts hold whole rows.
+pub const ROWS_STAMP_TAG: u8 = 0xf4;
 
 /// A value's frame and the head it was taken at: how the stamp and every
 /// part begin ([`read_head_cells`] reads it back).
@@ -167,7 +177,11 @@ fn read_u32(r: &mut Reader<'_>, what: &str) -> Result<u32> {
 }
 
 fn decode_stamp(value: &[u8]) -> Result<Stamp> {
-    let (_, payload) = unframe(STAMP_TAG, value)?;
+    decode_stamp_tagged(STAMP_TAG, value)
+}
+
+fn decode_stamp_tagged(tag: u8, value: &[u8]) -> Result<Stamp> {
+    let (_, payload) = unframe(tag, value)?;
     let mut r = Reader::new(payload);
     let head = read_head_cells(&mut r)?;
     let tables = r.varint()?;
@@ -238,8 +252,8 @@ struct PartHeader<'a> {
     payload: Reader<'a>,
 }
 
-fn read_header(value: &[u8]) -> Result<PartHeader<'_>> {
-    let (_, payload) = unframe(IMAGE_TAG, value)?;
+fn read_header(tag: u8, value: &[u8]) -> Result<PartHeader<'_>> {
+    let (_, payload) = unframe(tag, value)?;
     let mut r = Reader::new(payload);
     let head = read_head_cells(&mut r)?;
     let rows = r.length()?;
@@ -259,31 +273,31 @@ fn encode_range(
     range: Range<usize>,
     first: u32,
 ) -> Vec<(PartId, Entry)> {
-    let mut chunks: Vec<Vec<u8>> = Vec::new();
-    let mut counts: Vec<usize> = Vec::new();
-    let mut current = Vec::new();
-    let mut in_current = 0;
-    for row in range {
-        rows.put_row(row, &mut current);
-        in_current += 1;
-        if current.len() >= PART_BYTES {
-            chunks.push(std::mem::take(&mut current));
-            counts.push(std::mem::take(&mut in_current));
+    // Parts are cut where the rows' encoded bytes reach PART_BYTES.
+    let mut chunks: Vec<Range<usize>> = Vec::new();
+    let (mut start, mut bytes) = (range.start, 0);
+    let mut encoded = Vec::new();
+    for row in range.clone() {
+        encoded.clear();
+        rows.put_row(row, &mut encoded);
+        bytes += encoded.len();
+        if bytes >= PART_BYTES {
+            chunks.push(start..row + 1);
+            (start, bytes) = (row + 1, 0);
         }
     }
-    if in_current > 0 || chunks.is_empty() {
-        chunks.push(current);
-        counts.push(in_current);
+    if start < range.end || chunks.is_empty() {
+        chunks.push(start..range.end);
     }
+    let width = rows.width();
     chunks
         .into_iter()
-        .zip(counts)
         .zip(first..)
-        .map(|((body, count), number)| {
+        .map(|(chunk, number)| {
             let id = PartId { number, head };
-            let mut value = framed_with_head(IMAGE_TAG, head);
-            put_varint(&mut value, count as u64);
-            value.extend_from_slice(&body);
+            let mut value = framed_with_head(COLUMNS_TAG, head);
+            put_varint(&mut value, chunk.len() as u64);
+            columns::put_columns(rows, chunk, width, &mut value);
             (id, (part_key(table, number), value))
         })
         .collect()
@@ -312,6 +326,10 @@ pub struct Images {
     /// was taken, while appending is all they did to it: the table is its
     /// parts' rows and these.
     appended: HashMap<String, Vec<Row>>,
+    /// Tables whose parts were read and could not be used (damaged, of
+    /// another shape or layout): the image does not hold them, so the next
+    /// detach writes them again.
+    unusable: Mutex<HashSet<String>>,
 }
 
 impl Images {
@@ -344,6 +362,7 @@ impl Images {
             contents: shared.contents.clone(),
             read: Mutex::new(shared.read_parts().clone()),
             appended: shared.appended.clone(),
+            unusable: Mutex::new(shared.unusable_tables().clone()),
         });
         let mut dropped = Vec::new();
         for name in carried.contents.keys() {
@@ -368,9 +387,17 @@ impl Images {
         carried
     }
 
-    /// Whether the image has parts of `table`.
+    fn unusable_tables(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        // The set only grows: one a panicking reader left is whole.
+        self.unusable
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether the image has parts of `table` that were not found unusable.
     pub fn holds(&self, table: TableRef) -> bool {
-        self.contents.contains_key(&table.name())
+        let name = table.name();
+        self.contents.contains_key(&name) && !self.unusable_tables().contains(&name)
     }
 
     /// `table`'s rows, packed, when every part the stamp names for it is
@@ -408,6 +435,7 @@ impl Images {
             }
         };
         let Some(mut rows) = decode_parts(&parts, ids, width).ok().flatten() else {
+            self.unusable_tables().insert(name);
             return Ok(None);
         };
         if let Some(appended) = self.appended.get(&name) {
@@ -428,18 +456,25 @@ impl Images {
 /// not damaged, and the next detach replaces them.
 pub fn check_part(key: &[u8], value: &[u8]) -> Result<()> {
     if key == stamp_key().as_slice() {
-        return decode_stamp(value)
-            .map(|_| ())
-            .or_else(|error| check_earlier_stamp(value).map_err(|_| error));
+        return decode_stamp(value).map(|_| ()).or_else(|error| {
+            match decode_stamp_tagged(ROWS_STAMP_TAG, value) {
+                Ok(_) => Ok(()),
+                Err(_) => check_earlier_stamp(value).map_err(|_| error),
+            }
+        });
     }
     decode_key(key)?;
+    if let Ok(header) = read_header(COLUMNS_TAG, value) {
+        let at = value.len() - header.payload.remaining();
+        return columns::check(&Bytes::copy_from_slice(value), at, header.rows);
+    }
     let rows = |mut r: Reader<'_>, count: usize| -> Result<()> {
         for _ in 0..count {
             r.row()?;
         }
         r.finish()
     };
-    let header = read_header(value)?;
+    let header = read_header(IMAGE_TAG, value)?;
     rows(header.payload, header.rows).or_else(|error| {
         // The earlier layout put the table's part count before the rows'.
         let (_, payload) = unframe(IMAGE_TAG, value)?;
@@ -471,9 +506,9 @@ fn decode_parts(parts: &[Bytes], ids: &[PartId], width: usize) -> Result<Option<
     if parts.len() != ids.len() {
         return Ok(None);
     }
-    let mut rows = PackedBuilder::new(width);
+    let mut rows = ColumnsBuilder::new(width);
     for (value, id) in parts.iter().zip(ids) {
-        let header = read_header(value)?;
+        let header = read_header(COLUMNS_TAG, value)?;
         if header.head != id.head {
             return Ok(None);
         }
@@ -743,6 +778,22 @@ mod tests {
         assert!(check_part(&part_key(table, 0), &part).is_ok());
         assert!(check_part(&part_key(table, 0), &puts[1].1).is_ok());
         assert!(check_part(&part_key(table, 0), &part[..part.len() - 1]).is_err());
+        // Then parts held whole rows, under a stamp of their own tag: stale
+        // too, so the next detach lays them out by column.
+        let mut rows_stamp = encode_stamp(&stamp);
+        rows_stamp[4] = ROWS_STAMP_TAG;
+        assert!(decode_stamp(&rows_stamp).is_err());
+        assert!(check_part(&stamp_key(), &rows_stamp).is_ok());
+        let mut rows_part = framed_with_head(IMAGE_TAG, head(4));
+        put_varint(&mut rows_part, 2);
+        crate::store::value::put_row(&mut rows_part, &row(1));
+        crate::store::value::put_row(&mut rows_part, &row(2));
+        assert!(check_part(&part_key(table, 0), &rows_part).is_ok());
+        let id = PartId {
+            number: 0,
+            head: head(4),
+        };
+        assert!(decode_parts(&[Bytes::from(rows_part)], &[id], 3).is_err());
     }
 
     /// A session that only appends to a table read from the image writes

@@ -5,6 +5,7 @@
 //! view. It knows DuckLake's table shapes; it knows key bytes only through
 //! `store::keys`.
 
+pub mod columns;
 pub mod expiring;
 pub mod image;
 pub mod kinds;

@@ -23,7 +23,8 @@
 //! every `ducklake_snapshot` row in every transaction, and on decoded rows
 //! that cost grew with history (2.2 % of a commit at 4,800 snapshots).
 
-use super::image::{PartId, ReadPart};
+use super::columns::Columns;
+use super::image::ReadPart;
 use super::{Cell, Row};
 use crate::error::{Error, Result};
 use crate::store::value::{put_cell_ref, put_row, put_varint, CellRef, Reader};
@@ -31,13 +32,16 @@ use bytes::Bytes;
 use foldhash::fast::RandomState;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// The rows of one table, in scan order. Dereferencing to `[Row]` decodes
 /// packed rows, once; [`Rows::cell`], [`Rows::row`] and [`Rows::len`] never
 /// decode more than they return.
 pub struct Rows {
     packed: Option<Packed>,
+    /// Rows read from image parts laid out by column, while nothing has
+    /// needed them row by row ([`super::columns`]); `packed` is then `None`.
+    columns: Option<Arc<Columns>>,
     decoded: OnceLock<Vec<Row>>,
     /// The integer columns' statistics asked for so far: DuckDB's optimizer
     /// asks for every integer column of every scan, and kept rows serve many
@@ -105,7 +109,7 @@ impl ColumnStats {
 /// and value, text and bytes as a span of their part. Nine bytes a cell,
 /// where a decoded cell takes 32 and its text a heap block of its own.
 #[derive(Clone)]
-struct Packed {
+pub(super) struct Packed {
     parts: Vec<Bytes>,
     /// The image parts the leading rows were read from, in order, while
     /// those rows are still exactly what the parts hold: appends keep it,
@@ -128,7 +132,7 @@ struct Packed {
 const MAX_APPENDED_PARTS: usize = 256;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CellKind {
+pub(super) enum CellKind {
     Null,
     Int,
     Bool,
@@ -139,10 +143,11 @@ enum CellKind {
 impl Rows {
     /// How many rows there are.
     pub fn len(&self) -> usize {
-        match (self.decoded.get(), &self.packed) {
-            (Some(rows), _) => rows.len(),
-            (None, Some(packed)) => packed.len(),
-            (None, None) => 0,
+        match (self.decoded.get(), &self.packed, &self.columns) {
+            (Some(rows), _, _) => rows.len(),
+            (None, Some(packed), _) => packed.len(),
+            (None, None, Some(columns)) => columns.len(),
+            (None, None, None) => 0,
         }
     }
 
@@ -153,13 +158,51 @@ impl Rows {
     /// Cell `column` of row `row`, read in place; NULL past the row's end.
     #[inline]
     pub fn cell(&self, row: usize, column: usize) -> CellRef<'_> {
-        match (self.decoded.get(), &self.packed) {
-            (Some(rows), _) => rows
+        match (self.decoded.get(), &self.packed, &self.columns) {
+            (Some(rows), _, _) => rows
                 .get(row)
                 .and_then(|r| r.get(column))
                 .map_or(CellRef::Null, |c| c.as_cell_ref()),
-            (None, Some(packed)) => packed.cell(row, column),
-            (None, None) => CellRef::Null,
+            (None, Some(packed), _) => packed.cell(row, column),
+            (None, None, Some(columns)) => columns.cell(row, column),
+            (None, None, None) => CellRef::Null,
+        }
+    }
+
+    /// The cells a row has: the packed rows' width, or the widest decoded
+    /// row's.
+    pub fn width(&self) -> usize {
+        match (self.decoded.get(), &self.packed, &self.columns) {
+            (Some(rows), _, _) => rows.iter().map(Vec::len).max().unwrap_or(0),
+            (None, Some(packed), _) => packed.width,
+            (None, None, Some(columns)) => columns.width(),
+            (None, None, None) => 0,
+        }
+    }
+
+    /// Whether the rows are held row by row, decoded or packed, rather than
+    /// as the image's columns.
+    pub fn is_row_wise(&self) -> bool {
+        self.columns.is_none()
+    }
+
+    /// The rows packed row by row, derived from the image's columns if they
+    /// are held so; `None` for decoded rows.
+    fn row_wise(&self) -> Option<&Packed> {
+        match (self.decoded.get(), &self.packed, &self.columns) {
+            (None, Some(packed), _) => Some(packed),
+            (None, None, Some(columns)) => Some(columns.packed()),
+            _ => None,
+        }
+    }
+
+    /// Rows read from the image's columns.
+    pub(super) fn from_columns(columns: Columns) -> Rows {
+        Rows {
+            packed: None,
+            columns: Some(Arc::new(columns)),
+            decoded: OnceLock::new(),
+            stats: ColumnStats::default(),
         }
     }
 
@@ -184,26 +227,36 @@ impl Rows {
             nulls: 0,
             range: None,
         };
+        if let (None, None, Some(columns)) = (self.decoded.get(), &self.packed, &self.columns) {
+            if column < columns.width() {
+                // A column's cells in turn, without finding each one's row.
+                return columns.cells(column).try_fold(none, IntStats::count);
+            }
+        }
         (0..self.len()).try_fold(none, |stats, row| stats.count(self.cell(row, column)))
     }
 
     /// Row `row`, decoded on its own.
     pub fn row(&self, row: usize) -> Option<Row> {
-        match (self.decoded.get(), &self.packed) {
-            (Some(rows), _) => rows.get(row).cloned(),
-            (None, Some(packed)) => (row < packed.len()).then(|| packed.row(row)),
-            (None, None) => None,
+        if let Some(rows) = self.decoded.get() {
+            return rows.get(row).cloned();
         }
+        (row < self.len()).then(|| {
+            (0..self.width())
+                .map(|column| self.cell(row, column).to_cell())
+                .collect()
+        })
     }
 
     /// Changes the rows in place, decoding them first if they were packed.
     pub fn change<R>(&mut self, f: impl FnOnce(&mut Vec<Row>) -> R) -> R {
         let mut rows = match self.decoded.take() {
             Some(rows) => rows,
-            None => self.packed.as_ref().map_or_else(Vec::new, Packed::decode),
+            None => self.decode(),
         };
         let result = f(&mut rows);
         self.packed = None;
+        self.columns = None;
         self.decoded = OnceLock::from(rows);
         self.stats = ColumnStats::default();
         result
@@ -220,8 +273,13 @@ impl Rows {
         if !packed.append(&rows.iter().collect::<Vec<_>>()) {
             return Rows::from(rows);
         }
+        Rows::from_packed(packed)
+    }
+
+    fn from_packed(packed: Packed) -> Rows {
         Rows {
             packed: Some(packed),
+            columns: None,
             decoded: OnceLock::new(),
             stats: ColumnStats::default(),
         }
@@ -232,8 +290,9 @@ impl Rows {
     /// other than by appends. A writer taking the next image keeps those
     /// parts and writes only what follows them.
     pub fn image_parts(&self) -> &[ReadPart] {
-        match (self.decoded.get(), &self.packed) {
-            (None, Some(packed)) => &packed.from_image,
+        match (self.decoded.get(), &self.packed, &self.columns) {
+            (None, Some(packed), _) => &packed.from_image,
+            (None, None, Some(columns)) => columns.image_parts(),
             _ => &[],
         }
     }
@@ -254,6 +313,13 @@ impl Rows {
             return;
         }
         self.stats.count_in(&added);
+        if let Some(columns) = self.columns.take() {
+            // Appended rows go into parts of their own beside the image's.
+            self.packed = Some(match Arc::try_unwrap(columns) {
+                Ok(columns) => columns.into_packed(),
+                Err(shared) => shared.packed().clone(),
+            });
+        }
         if let (None, Some(packed)) = (self.decoded.get(), self.packed.as_mut()) {
             // Rows of another width are decoded with the rest instead.
             if packed.append(&added) {
@@ -280,9 +346,7 @@ impl Rows {
     /// snapshots). `None` for rows held decoded, or a new row of another
     /// width.
     pub fn edited(&self, edits: &[(&Row, Option<&Row>)], added: &[&Row]) -> Option<Rows> {
-        let (None, Some(packed)) = (self.decoded.get(), &self.packed) else {
-            return None;
-        };
+        let packed = self.row_wise()?;
         if edits.is_empty() && added.is_empty() {
             return Some(self.clone());
         }
@@ -298,17 +362,13 @@ impl Rows {
         if edited.parts.len() > MAX_APPENDED_PARTS || edited.len() * 2 < packed.len() {
             edited.consolidate();
         }
-        Some(Rows {
-            packed: Some(edited),
-            decoded: OnceLock::new(),
-            stats: ColumnStats::default(),
-        })
+        Some(Rows::from_packed(edited))
     }
 
     /// The rows `keep` names, in order. Packed rows stay packed and nothing
     /// is decoded, as in [`Rows::edited`]; decoded rows are copied.
     pub fn kept(&self, keep: impl Fn(usize) -> bool) -> Rows {
-        let (None, Some(packed)) = (self.decoded.get(), &self.packed) else {
+        let Some(packed) = self.row_wise() else {
             let kept = self.iter().enumerate().filter(|&(at, _)| keep(at));
             return Rows::from(kept.map(|(_, row)| row.clone()).collect::<Vec<_>>());
         };
@@ -316,30 +376,36 @@ impl Rows {
         if kept.len() * 2 < packed.len() {
             kept.consolidate();
         }
-        Rows {
-            packed: Some(kept),
-            decoded: OnceLock::new(),
-            stats: ColumnStats::default(),
-        }
+        Rows::from_packed(kept)
     }
 
     /// Appends row `row` as the image stores it ([`put_row`]); packed rows
     /// are encoded from their cells without being decoded.
     pub fn put_row(&self, row: usize, out: &mut Vec<u8>) {
-        match (self.decoded.get(), &self.packed) {
-            (Some(rows), _) => {
+        match self.decoded.get() {
+            Some(rows) => {
                 if let Some(r) = rows.get(row) {
                     put_row(out, r);
                 }
             }
-            (None, Some(packed)) => packed.put_row(row, out),
-            (None, None) => {}
+            None if row < self.len() => {
+                let width = self.width();
+                put_varint(out, width as u64);
+                for column in 0..width {
+                    put_cell_ref(out, self.cell(row, column));
+                }
+            }
+            None => {}
         }
     }
 
+    /// Every row, decoded from the packed rows or the image's columns.
+    fn decode(&self) -> Vec<Row> {
+        (0..self.len()).filter_map(|row| self.row(row)).collect()
+    }
+
     fn decode_all(&self) -> &Vec<Row> {
-        self.decoded
-            .get_or_init(|| self.packed.as_ref().map_or_else(Vec::new, Packed::decode))
+        self.decoded.get_or_init(|| self.decode())
     }
 }
 
@@ -355,12 +421,12 @@ impl Packed {
         }
     }
 
-    /// Adds the `count` rows that start `at` bytes into `part` and run to
-    /// its end. `Ok(false)`: a row is not of this width. Either way, a part
-    /// that is not added leaves the rows as they were.
-    fn add_part(&mut self, part: Bytes, at: usize, count: usize) -> Result<bool> {
+    /// Adds the `count` rows `part` holds ([`put_row`]). `Ok(false)`: a row
+    /// is not of this width. Either way, a part that is not added leaves the
+    /// rows as they were.
+    fn add_part(&mut self, part: Bytes, count: usize) -> Result<bool> {
         let (rows, cells) = (self.row_part.len(), self.kinds.len());
-        let added = self.add_cells(&part, at, count);
+        let added = self.add_cells(&part, count);
         match added {
             Ok(true) => self.parts.push(part),
             _ => {
@@ -373,21 +439,11 @@ impl Packed {
     }
 
     /// The cells of [`Packed::add_part`], as they are read.
-    fn add_cells(&mut self, part: &Bytes, at: usize, count: usize) -> Result<bool> {
+    fn add_cells(&mut self, part: &Bytes, count: usize) -> Result<bool> {
         let width = self.width;
-        let index = u32::try_from(self.parts.len())
-            .map_err(|_| Error::corruption("too many image parts"))?;
-        let body = part
-            .get(at..)
-            .ok_or_else(|| Error::corruption("image part ends early"))?;
-        let span = |bytes: &[u8]| -> Result<u64> {
-            let start = bytes.as_ptr() as usize - part.as_ptr() as usize;
-            match (u32::try_from(start), u32::try_from(bytes.len())) {
-                (Ok(start), Ok(len)) => Ok(u64::from(start) << 32 | u64::from(len)),
-                _ => Err(Error::corruption("image part larger than 4 GiB")),
-            }
-        };
-        let mut reader = Reader::new(body);
+        let index =
+            u32::try_from(self.parts.len()).map_err(|_| Error::corruption("too many parts"))?;
+        let mut reader = Reader::new(part);
         self.row_part.reserve(count);
         self.kinds.reserve(count * width);
         self.values.reserve(count * width);
@@ -395,25 +451,31 @@ impl Packed {
             if reader.length()? != width {
                 return Ok(false);
             }
-            for _ in 0..width {
-                let (kind, value) = match reader.cell_ref()? {
-                    CellRef::Null => (CellKind::Null, 0),
-                    CellRef::Int(v) => (CellKind::Int, v as u64),
-                    CellRef::Bool(b) => (CellKind::Bool, u64::from(b)),
-                    CellRef::Text(text) => {
-                        std::str::from_utf8(text)
-                            .map_err(|_| Error::corruption("text cell is not UTF-8"))?;
-                        (CellKind::Text, span(text)?)
-                    }
-                    CellRef::Blob(bytes) => (CellKind::Blob, span(bytes)?),
-                };
-                self.kinds.push(kind);
-                self.values.push(value);
-            }
+            pack_cells(part, &mut reader, width, &mut self.kinds, &mut self.values)?;
             self.row_part.push(index);
         }
         reader.finish()?;
         Ok(true)
+    }
+
+    /// Rows already packed: `kinds` and `values` hold each row's `width`
+    /// cells in turn, spans of the part `row_part` names.
+    pub(super) fn from_parts(
+        parts: Vec<Bytes>,
+        from_image: Vec<ReadPart>,
+        width: usize,
+        row_part: Vec<u32>,
+        kinds: Vec<CellKind>,
+        values: Vec<u64>,
+    ) -> Packed {
+        Packed {
+            parts,
+            from_image,
+            width,
+            row_part,
+            kinds,
+            values,
+        }
     }
 
     /// Encodes `rows` into a part of their own and adds it; `false` (and
@@ -423,7 +485,7 @@ impl Packed {
         for row in rows {
             put_row(&mut part, row);
         }
-        matches!(self.add_part(Bytes::from(part), 0, rows.len()), Ok(true))
+        matches!(self.add_part(Bytes::from(part), rows.len()), Ok(true))
     }
 
     fn len(&self) -> usize {
@@ -439,7 +501,7 @@ impl Packed {
         let mut one = Packed::empty(self.width);
         // Cells that were read once read again; should they not, the rows
         // stay as they are.
-        if matches!(one.add_part(Bytes::from(part), 0, self.len()), Ok(true)) {
+        if matches!(one.add_part(Bytes::from(part), self.len()), Ok(true)) {
             *self = one;
         }
     }
@@ -453,23 +515,13 @@ impl Packed {
         let (Some(&kind), Some(&value)) = (self.kinds.get(at), self.values.get(at)) else {
             return CellRef::Null;
         };
-        let span = || {
-            let part = self
-                .row_part
-                .get(row)
-                .and_then(|&part| self.parts.get(part as usize));
-            let start = (value >> 32) as usize;
-            let end = start + (value & 0xffff_ffff) as usize;
-            // The span was read from this part when it was packed.
-            part.and_then(|part| part.get(start..end))
-                .unwrap_or_default()
-        };
-        match kind {
-            CellKind::Null => CellRef::Null,
-            CellKind::Int => CellRef::Int(value as i64),
-            CellKind::Bool => CellRef::Bool(value != 0),
-            CellKind::Text => CellRef::Text(span()),
-            CellKind::Blob => CellRef::Blob(span()),
+        let part = self
+            .row_part
+            .get(row)
+            .and_then(|&part| self.parts.get(part as usize));
+        match part {
+            Some(part) => unpack(kind, value, part),
+            None => CellRef::Null,
         }
     }
 
@@ -568,21 +620,64 @@ impl Packed {
         Some(edited)
     }
 
-    fn row(&self, row: usize) -> Row {
-        (0..self.width)
-            .map(|column| self.cell(row, column).to_cell())
-            .collect()
-    }
-
-    fn decode(&self) -> Vec<Row> {
-        (0..self.len()).map(|row| self.row(row)).collect()
-    }
-
     fn put_row(&self, row: usize, out: &mut Vec<u8>) {
         put_varint(out, self.width as u64);
         for column in 0..self.width {
             put_cell_ref(out, self.cell(row, column));
         }
+    }
+}
+
+/// Reads `count` cells from `reader`, which reads from `part`, into their
+/// kinds and values: text and bytes as spans of `part`, text checked to be
+/// UTF-8 once here.
+pub(super) fn pack_cells(
+    part: &[u8],
+    reader: &mut Reader<'_>,
+    count: usize,
+    kinds: &mut Vec<CellKind>,
+    values: &mut Vec<u64>,
+) -> Result<()> {
+    let span = |bytes: &[u8]| -> Result<u64> {
+        let start = bytes.as_ptr() as usize - part.as_ptr() as usize;
+        match (u32::try_from(start), u32::try_from(bytes.len())) {
+            (Ok(start), Ok(len)) => Ok(u64::from(start) << 32 | u64::from(len)),
+            _ => Err(Error::corruption("image part larger than 4 GiB")),
+        }
+    };
+    for _ in 0..count {
+        let (kind, value) = match reader.cell_ref()? {
+            CellRef::Null => (CellKind::Null, 0),
+            CellRef::Int(v) => (CellKind::Int, v as u64),
+            CellRef::Bool(b) => (CellKind::Bool, u64::from(b)),
+            CellRef::Text(text) => {
+                std::str::from_utf8(text)
+                    .map_err(|_| Error::corruption("text cell is not UTF-8"))?;
+                (CellKind::Text, span(text)?)
+            }
+            CellRef::Blob(bytes) => (CellKind::Blob, span(bytes)?),
+        };
+        kinds.push(kind);
+        values.push(value);
+    }
+    Ok(())
+}
+
+/// The cell a packed kind and value stand for; a span is of `part`.
+#[inline]
+pub(super) fn unpack(kind: CellKind, value: u64, part: &[u8]) -> CellRef<'_> {
+    let span = || {
+        let start = (value >> 32) as usize;
+        let end = start + (value & 0xffff_ffff) as usize;
+        // The span was read from this part when it was packed.
+        part.get(start..end).unwrap_or_default()
+    };
+    match kind {
+        CellKind::Null => CellRef::Null,
+        CellKind::Int => CellRef::Int(value as i64),
+        CellKind::Bool => CellRef::Bool(value != 0),
+        CellKind::Text => CellRef::Text(span()),
+        CellKind::Blob => CellRef::Blob(span()),
     }
 }
 
@@ -592,6 +687,7 @@ impl Clone for Rows {
             Some(rows) => Rows::from(rows.clone()),
             None => Rows {
                 packed: self.packed.clone(),
+                columns: self.columns.clone(),
                 decoded: OnceLock::new(),
                 stats: ColumnStats::default(),
             },
@@ -603,6 +699,7 @@ impl From<Vec<Row>> for Rows {
     fn from(rows: Vec<Row>) -> Self {
         Rows {
             packed: None,
+            columns: None,
             decoded: OnceLock::from(rows),
             stats: ColumnStats::default(),
         }
@@ -635,56 +732,10 @@ impl PartialEq<Vec<Row>> for Rows {
     }
 }
 
-/// Packs rows read from encoded parts, checking every cell as it goes.
-pub struct PackedBuilder {
-    packed: Packed,
-}
-
-impl PackedBuilder {
-    pub fn new(width: usize) -> Self {
-        PackedBuilder {
-            packed: Packed::empty(width),
-        }
-    }
-
-    /// Adds the `count` rows that start `at` bytes into image part `id`
-    /// and run to its end. `Ok(false)`: a row is not of the builder's width.
-    pub fn add_part(&mut self, id: PartId, part: Bytes, at: usize, count: usize) -> Result<bool> {
-        let bytes = part.len();
-        let added = self.packed.add_part(part, at, count)?;
-        if added {
-            self.packed.from_image.push(ReadPart {
-                id,
-                rows: count,
-                bytes,
-            });
-        }
-        Ok(added)
-    }
-
-    pub fn finish(self) -> Rows {
-        Rows {
-            packed: Some(self.packed),
-            decoded: OnceLock::new(),
-            stats: ColumnStats::default(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{Cell, Head};
-
-    fn test_part() -> PartId {
-        PartId {
-            number: 0,
-            head: Head {
-                snapshot_id: 0,
-                batch_count: 1,
-            },
-        }
-    }
+    use crate::catalog::Cell;
 
     fn sample() -> Vec<Row> {
         (0..300)
@@ -703,20 +754,16 @@ mod tests {
             .collect()
     }
 
-    /// `rows` packed into parts of at most `per_part` rows, each behind a
-    /// few bytes of header.
+    /// `rows` packed into parts of at most `per_part` rows, as appends
+    /// leave them.
     fn packed(rows: &[Row], per_part: usize) -> Rows {
-        let mut builder = PackedBuilder::new(4);
-        for chunk in rows.chunks(per_part) {
-            let mut part = b"head".to_vec();
-            for row in chunk {
-                put_row(&mut part, row);
-            }
-            assert!(builder
-                .add_part(test_part(), Bytes::from(part), 4, chunk.len())
-                .unwrap());
+        let mut chunks = rows.chunks(per_part);
+        let mut packed = Rows::packed(chunks.next().unwrap_or_default().to_vec());
+        for chunk in chunks {
+            packed.extend(chunk);
         }
-        builder.finish()
+        assert!(packed.decoded.get().is_none());
+        packed
     }
 
     #[test]
@@ -755,21 +802,12 @@ mod tests {
     fn a_row_of_another_width_or_a_damaged_part_is_refused() {
         let mut part = Vec::new();
         put_row(&mut part, &[Cell::Int(1)]);
-        let mut builder = PackedBuilder::new(4);
-        assert!(!builder
-            .add_part(test_part(), Bytes::from(part), 0, 1)
-            .unwrap());
+        let mut packed = Packed::empty(4);
+        assert!(!packed.add_part(Bytes::from(part), 1).unwrap());
         let mut part = Vec::new();
         put_row(&mut part, &sample()[1]);
         part.truncate(part.len() - 1);
-        let mut builder = PackedBuilder::new(4);
-        assert!(builder
-            .add_part(test_part(), Bytes::from(part), 0, 1)
-            .is_err());
-        let mut builder = PackedBuilder::new(4);
-        assert!(builder
-            .add_part(test_part(), Bytes::from_static(b"x"), 5, 0)
-            .is_err());
+        assert!(packed.add_part(Bytes::from(part), 1).is_err());
         let mut part = Vec::new();
         put_row(
             &mut part,
@@ -782,10 +820,8 @@ mod tests {
         );
         let text = part.iter().position(|&b| b == b'o').unwrap();
         part[text] = 0xff;
-        let mut builder = PackedBuilder::new(4);
-        assert!(builder
-            .add_part(test_part(), Bytes::from(part), 0, 1)
-            .is_err());
+        assert!(packed.add_part(Bytes::from(part), 1).is_err());
+        assert_eq!(packed.len(), 0);
     }
 
     #[test]
