@@ -192,8 +192,14 @@ impl Store {
                 force_takeover: settings.force_takeover,
                 wait: settings.turn_wait,
             };
-            let writer =
-                turn::WriterTurn::new(object_store.clone(), root.clone(), uri, policy, open_writer);
+            let writer = turn::WriterTurn::new(
+                object_store.clone(),
+                root.clone(),
+                uri,
+                policy,
+                settings.close_collection_options(uri),
+                open_writer,
+            );
             // Take the turn now: an exclusive writer keeps it from here on,
             // and an attach that cannot write fails at ATTACH.
             drop(writer.pin().await?);

@@ -26,6 +26,13 @@ pub struct StoreSettings {
     pub gc_min_age: Duration,
     /// How often garbage collection runs.
     pub gc_interval: Duration,
+    /// Minimum age of a WAL fence (the empty WAL object a writer's open
+    /// writes at the next position) before garbage collection deletes it.
+    /// A fence turns away a writer that was fenced out but still meant to
+    /// write at that position, so it must outlive any writer that stands
+    /// stalled without noticing it lost the lease; kept for ever, one
+    /// accumulates per session and every collection lists them all.
+    pub wal_fence_min_age: Duration,
     /// How often the compactor looks for work.
     pub compactor_poll: Duration,
     /// How long a compaction keeps its inputs readable. It bounds how long
@@ -84,6 +91,7 @@ impl Default for StoreSettings {
             turn_wait: Duration::from_secs(60),
             gc_min_age: Duration::from_secs(300),
             gc_interval: Duration::from_secs(60),
+            wal_fence_min_age: Duration::from_secs(24 * 60 * 60),
             compactor_poll: Duration::from_secs(5),
             compaction_checkpoint: Duration::from_secs(120),
             idle_upkeep: None,
@@ -94,9 +102,10 @@ impl Default for StoreSettings {
 }
 
 /// The attach options moraine understands (DuckLake forwards `META_<name>`).
-pub const OPTION_NAMES: [&str; 16] = [
+pub const OPTION_NAMES: [&str; 17] = [
     "gc_min_age_seconds",
     "gc_interval_seconds",
+    "wal_fence_min_age_seconds",
     "compactor_poll_ms",
     "compaction_checkpoint_seconds",
     "idle_upkeep_seconds",
@@ -130,6 +139,7 @@ impl StoreSettings {
         match name.to_ascii_lowercase().as_str() {
             "gc_min_age_seconds" => self.gc_min_age = Duration::from_secs(number()?),
             "gc_interval_seconds" => self.gc_interval = Duration::from_secs(number()?.max(1)),
+            "wal_fence_min_age_seconds" => self.wal_fence_min_age = Duration::from_secs(number()?),
             "compactor_poll_ms" => self.compactor_poll = Duration::from_millis(number()?.max(10)),
             "compaction_checkpoint_seconds" => {
                 self.compaction_checkpoint = Duration::from_secs(number()?.max(1))
@@ -232,9 +242,36 @@ impl StoreSettings {
         GarbageCollectorOptions {
             manifest_options: Some(dir),
             wal_options: Some(dir),
-            wal_fence_options: None,
+            wal_fence_options: Some(GarbageCollectorDirectoryOptions {
+                min_age: self.wal_fence_min_age,
+                ..dir
+            }),
             compacted_options: Some(dir),
             compactions_options: Some(dir),
+            boundary_files_enabled: uri.gc_boundary_files(),
+            ..GarbageCollectorOptions::default()
+        }
+    }
+
+    /// What a closing writer collects before it releases the lease
+    /// (`store::upkeep::collect_history_at_close`): the WAL objects,
+    /// manifests and compaction records its session made obsolete at once,
+    /// and the compacted SSTs and fences that are old enough, as a
+    /// collection beside a writer would. A lake used only by sessions
+    /// shorter than the first collection's delay is collected here alone:
+    /// before, its merged-away SSTs and its fences stayed for ever.
+    pub fn close_collection_options(&self, uri: &StoreUri) -> GarbageCollectorOptions {
+        let aged = |min_age| GarbageCollectorDirectoryOptions {
+            interval: None,
+            min_age,
+            dry_run: false,
+        };
+        GarbageCollectorOptions {
+            manifest_options: Some(aged(Duration::ZERO)),
+            wal_options: Some(aged(Duration::ZERO)),
+            wal_fence_options: Some(aged(self.wal_fence_min_age)),
+            compacted_options: Some(aged(self.gc_min_age)),
+            compactions_options: Some(aged(Duration::ZERO)),
             boundary_files_enabled: uri.gc_boundary_files(),
             ..GarbageCollectorOptions::default()
         }

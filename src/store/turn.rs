@@ -36,6 +36,7 @@ use crate::error::{Error, Result};
 use futures_util::future::BoxFuture;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutPayload, UpdateVersion};
+use slatedb::config::GarbageCollectorOptions;
 use slatedb::Db;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -179,9 +180,9 @@ pub struct WriterTurn {
     root: Path,
     uri: String,
     policy: TurnPolicy,
-    /// Whether garbage collection writes boundary files
-    /// (`StoreUri::gc_boundary_files`).
-    gc_boundary_files: bool,
+    /// What a closing writer collects
+    /// (`StoreSettings::close_collection_options`).
+    close_collection: GarbageCollectorOptions,
     /// The ask object's file, on a local store: a holder that finds no file
     /// there knows nobody asks, with one `stat` instead of a read through
     /// the blocking pool, which at the active watch pace cost the holder's
@@ -256,6 +257,7 @@ impl WriterTurn {
         root: Path,
         uri: &StoreUri,
         policy: TurnPolicy,
+        close_collection: GarbageCollectorOptions,
         open_writer: OpenWriter,
     ) -> Arc<WriterTurn> {
         let fast_store = !matches!(uri, StoreUri::S3 { .. });
@@ -269,7 +271,7 @@ impl WriterTurn {
             ask_file,
             root,
             policy,
-            gc_boundary_files: uri.gc_boundary_files(),
+            close_collection,
             me: Holder::new_instance(),
             open_writer,
             poll: if fast_store {
@@ -570,7 +572,7 @@ impl WriterTurn {
             super::upkeep::collect_history_at_close(
                 &self.root,
                 &self.object_store,
-                self.gc_boundary_files,
+                self.close_collection.clone(),
             )
             .await;
         }

@@ -27,8 +27,7 @@ use slatedb::compactor::{
     SourceId,
 };
 use slatedb::config::{
-    CompactionWorkerOptions, CompactorOptions, FlushOptions, FlushType,
-    GarbageCollectorDirectoryOptions, GarbageCollectorOptions,
+    CompactionWorkerOptions, CompactorOptions, FlushOptions, FlushType, GarbageCollectorOptions,
 };
 use slatedb::{CompactorBuilder, Db, SstBlockSize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -686,34 +685,22 @@ pub async fn merge_at_close(
 const CLOSE_COLLECTION_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Deletes the WAL objects, manifests and compaction records a closed writer
-/// leaves behind, at once rather than after garbage collection's minimum age.
-/// Without this the next attach lists every WAL object of the session (5,000
-/// after 5,000 commits), and every manifest and compaction record (one per
-/// flush and per compaction: over a hundred after 5,000 commits, listed
-/// several times by every open). Readers are safe: collection keeps the
-/// latest of each, and every WAL and manifest a checkpoint names; the
-/// closing writer still holds the lease, so no other writer's compactor runs.
+/// leaves behind, at once rather than after garbage collection's minimum age,
+/// and the compacted SSTs and WAL fences old enough to go
+/// (`StoreSettings::close_collection_options`). Without this the next attach
+/// lists every WAL object of the session (5,000 after 5,000 commits), and
+/// every manifest and compaction record (one per flush and per compaction:
+/// over a hundred after 5,000 commits, listed several times by every open);
+/// and a lake used only by short sessions, which end before the collection
+/// beside their writer first runs, keeps every SST its merges replaced and
+/// a fence per session. Readers are safe: collection keeps the latest of
+/// each, and everything a checkpoint names; the closing writer still holds
+/// the lease, so no other writer's compactor runs.
 pub async fn collect_history_at_close(
     root: &Path,
     object_store: &Arc<dyn ObjectStore>,
-    boundary_files: bool,
+    options: GarbageCollectorOptions,
 ) {
-    let now = || {
-        Some(GarbageCollectorDirectoryOptions {
-            interval: None,
-            min_age: Duration::ZERO,
-            dry_run: false,
-        })
-    };
-    let options = GarbageCollectorOptions {
-        wal_options: now(),
-        manifest_options: now(),
-        wal_fence_options: None,
-        compacted_options: None,
-        compactions_options: now(),
-        boundary_files_enabled: boundary_files,
-        ..GarbageCollectorOptions::default()
-    };
     let admin = admin(root, object_store);
     // A failed or unfinished collection only leaves objects for the next one.
     let _ = tokio::time::timeout(CLOSE_COLLECTION_DEADLINE, admin.run_gc_once(options)).await;
