@@ -25,9 +25,12 @@
 //! [`MOST_SPARES_PER_FOLDER`].
 //!
 //! A store that is dropped leaves [`SPARES_AHEAD`] spares of each folder
-//! behind as `kept#<n>` and removes the rest; the next store of the location
-//! adopts them by renaming each to a spare name of its own, so that of two
-//! processes one gets each file. A read-write attach writes a manifest and a
+//! behind as `kept#0` to `kept#3` and removes the rest; the next store of
+//! the location adopts them by renaming each to a spare name of its own, so
+//! that of two processes one gets each file. The names are fixed so that
+//! adopting them takes four renames, not a listing of the folder: the WAL
+//! folder holds a fence from every session's open until the fences' minimum
+//! age (a day), and listing it made the attach's cost follow the sessions. A read-write attach writes a manifest and a
 //! WAL object before its first commit, and without a spare each would create
 //! a file (1 ms instead of 0.5 on these machines). A process that dies leaves
 //! its spares behind, empty or zeros, under names nothing lists; no other process
@@ -82,8 +85,11 @@ struct Folder {
     adopted: bool,
 }
 
-/// The name prefix of spares a dropped store left for the next one.
-const KEPT: &str = "kept#";
+/// The name of the spare a dropped store left for the next one in slot
+/// `slot`, one of [`SPARES_AHEAD`].
+fn kept_name(slot: usize) -> String {
+    format!("kept#{slot}")
+}
 
 impl Folder {
     fn hot(&self) -> bool {
@@ -185,19 +191,13 @@ impl Spares {
                 }
             }
         }
-        let Ok(entries) = std::fs::read_dir(folder) else {
-            return;
-        };
-        let kept = entries
-            .filter_map(|entry| entry.ok())
-            .filter(|entry| entry.file_name().to_string_lossy().starts_with(KEPT))
-            .take(SPARES_AHEAD);
-        for entry in kept {
+        for slot in 0..SPARES_AHEAD {
             let Some(spare) = self.fresh_name(folder) else {
                 return;
             };
-            // Another store of this location may have taken it first.
-            if std::fs::rename(entry.path(), &spare).is_ok()
+            // Another store of this location may have taken it first, or
+            // none was left there.
+            if std::fs::rename(folder.join(kept_name(slot)), &spare).is_ok()
                 && self
                     .with_folder(folder, |f| f.ready.push(spare.clone()))
                     .is_none()
@@ -312,15 +312,17 @@ impl Spares {
         }
     }
 
-    /// Renames `spare` to a `kept#` name nothing holds, without replacing a
-    /// file (a link fails where a rename would not).
+    /// Renames `spare` to the first kept slot nothing holds, without
+    /// replacing a file (a link fails where a rename would not): another
+    /// store of the location may have left its own there.
     fn leave(&self, spare: &Path) -> bool {
         let Some(folder) = spare.parent() else {
             return false;
         };
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let kept = folder.join(format!("{KEPT}{n}"));
-        std::fs::hard_link(spare, &kept).is_ok() && std::fs::remove_file(spare).is_ok()
+        (0..SPARES_AHEAD).any(|slot| {
+            std::fs::hard_link(spare, folder.join(kept_name(slot))).is_ok()
+                && std::fs::remove_file(spare).is_ok()
+        })
     }
 
     #[cfg(test)]
@@ -371,7 +373,25 @@ pub(super) mod tests {
         assert!(matches!(spares.delete(&object), Ok(Deleted::Recycled)));
         let left = files_in(&wal);
         assert_eq!(left.len(), SPARES_AHEAD, "{left:?}");
-        assert!(left.iter().all(|n| n.starts_with(KEPT)), "{left:?}");
+        let slots: Vec<String> = (0..SPARES_AHEAD).map(kept_name).collect();
+        assert!(left.iter().all(|n| slots.contains(n)), "{left:?}");
+    }
+
+    #[test]
+    fn two_closed_pools_share_the_kept_slots_without_replacing_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = dir.path().join("wal");
+        std::fs::create_dir(&wal).unwrap();
+        let (first, second) = (hot_pool(&wal), hot_pool(&wal));
+        first.close();
+        // The slots are full: the second pool's spares are removed, not
+        // put over the first's.
+        second.close();
+        let left = files_in(&wal);
+        assert_eq!(left.len(), SPARES_AHEAD, "{left:?}");
+        let adopting = Spares::new();
+        assert!(adopting.take(&wal).is_some());
+        assert_eq!(adopting.ready(&wal), SPARES_AHEAD - 1);
     }
 
     #[test]
