@@ -393,14 +393,14 @@ impl Columns {
                 }
             }
         }
-        Packed::from_parts(
-            self.parts.clone(),
-            self.from_image.clone(),
-            self.width,
-            self.row_part.clone(),
+        Packed {
+            parts: self.parts.clone(),
+            from_image: self.from_image.clone(),
+            width: self.width,
+            row_part: self.row_part.clone(),
             kinds,
             values,
-        )
+        }
     }
 }
 
@@ -464,6 +464,7 @@ impl ColumnsBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::rows::tests::assert_reads_as;
     use crate::catalog::{Cell, Head, Row};
 
     fn id(number: u32) -> PartId {
@@ -476,28 +477,21 @@ mod tests {
         }
     }
 
-    /// Integers with NULLs among them, text, booleans or NULLs, blobs, and
-    /// a column of NULLs only.
+    /// The rows' tests' sample with NULLs and wide integers in its first
+    /// column, and a column of NULLs only after its last.
     fn sample() -> Vec<Row> {
-        (0..300)
-            .map(|i| {
-                vec![
-                    if i % 7 == 0 {
-                        Cell::Null
-                    } else {
-                        Cell::Int(i * 1_000_003 - 150_000_000)
-                    },
-                    Cell::Text(format!("file {i}.parquet")),
-                    if i % 3 == 0 {
-                        Cell::Null
-                    } else {
-                        Cell::Bool(i % 2 == 0)
-                    },
-                    Cell::Blob(vec![i as u8; (i % 5) as usize]),
-                    Cell::Null,
-                ]
-            })
-            .collect()
+        let rows = crate::catalog::rows::tests::sample()
+            .into_iter()
+            .zip(0i64..);
+        rows.map(|(mut row, i)| {
+            row[0] = match i % 7 {
+                0 => Cell::Null,
+                _ => Cell::Int(i * 1_000_003 - 150_000_000),
+            };
+            row.push(Cell::Null);
+            row
+        })
+        .collect()
     }
 
     /// `rows` laid out by column in parts of at most `per_part` rows, each
@@ -520,17 +514,8 @@ mod tests {
     fn rows_laid_out_by_column_read_as_the_rows_they_hold() {
         let rows = sample();
         let read = read(&rows, 70);
-        assert_eq!(read.len(), rows.len());
-        for (i, row) in rows.iter().enumerate() {
-            for (j, cell) in row.iter().enumerate() {
-                assert_eq!(read.cell(i, j), cell.as_cell_ref(), "row {i} column {j}");
-            }
-            assert_eq!(read.row(i).as_ref(), Some(row));
-        }
-        assert_eq!(read.cell(0, 9), CellRef::Null);
-        assert_eq!(read.cell(rows.len(), 0), CellRef::Null);
         assert_eq!(read.image_parts().len(), 5);
-        assert_eq!(&*read, rows.as_slice());
+        assert_reads_as(&read, &rows);
     }
 
     #[test]
@@ -552,7 +537,7 @@ mod tests {
             })
             .collect();
         let read = read(&rows, 128);
-        assert_eq!(&*read, rows.as_slice());
+        assert_reads_as(&read, &rows);
         let stats = read.int_stats(2).unwrap();
         assert_eq!(stats.range, Some((i64::MIN, i64::MAX)));
         // A constant column takes no bytes per cell; ids that count up take one or two.

@@ -110,19 +110,19 @@ impl ColumnStats {
 /// where a decoded cell takes 32 and its text a heap block of its own.
 #[derive(Clone)]
 pub(super) struct Packed {
-    parts: Vec<Bytes>,
+    pub(super) parts: Vec<Bytes>,
     /// The image parts the leading rows were read from, in order, while
     /// those rows are still exactly what the parts hold: appends keep it,
     /// any other change makes rows without it.
-    from_image: Vec<ReadPart>,
-    width: usize,
+    pub(super) from_image: Vec<ReadPart>,
+    pub(super) width: usize,
     /// The part each row is in.
-    row_part: Vec<u32>,
+    pub(super) row_part: Vec<u32>,
     /// Cell `column` of row `row` is at `row * width + column` of both.
-    kinds: Vec<CellKind>,
+    pub(super) kinds: Vec<CellKind>,
     /// The integer, the boolean as 0 or 1, or a span: its start in the
     /// part in the high 32 bits and its length in the low 32.
-    values: Vec<u64>,
+    pub(super) values: Vec<u64>,
 }
 
 /// How many parts packed rows may reach by appends before they are packed
@@ -458,26 +458,6 @@ impl Packed {
         Ok(true)
     }
 
-    /// Rows already packed: `kinds` and `values` hold each row's `width`
-    /// cells in turn, spans of the part `row_part` names.
-    pub(super) fn from_parts(
-        parts: Vec<Bytes>,
-        from_image: Vec<ReadPart>,
-        width: usize,
-        row_part: Vec<u32>,
-        kinds: Vec<CellKind>,
-        values: Vec<u64>,
-    ) -> Packed {
-        Packed {
-            parts,
-            from_image,
-            width,
-            row_part,
-            kinds,
-            values,
-        }
-    }
-
     /// Encodes `rows` into a part of their own and adds it; `false` (and
     /// nothing added) when a row is not of this width.
     fn append(&mut self, rows: &[&Row]) -> bool {
@@ -733,11 +713,12 @@ impl PartialEq<Vec<Row>> for Rows {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::catalog::Cell;
 
-    fn sample() -> Vec<Row> {
+    /// Integers, text, booleans or NULLs, and blobs.
+    pub(in crate::catalog) fn sample() -> Vec<Row> {
         (0..300)
             .map(|i| {
                 vec![
@@ -766,24 +747,30 @@ mod tests {
         packed
     }
 
-    #[test]
-    fn packed_rows_read_as_the_rows_they_pack() {
-        let rows = sample();
-        let packed = packed(&rows, 70);
-        assert_eq!(packed.len(), rows.len());
+    /// That `read` serves `rows` cell by cell, row by row, as the image
+    /// encodes them and whole, and NULL or nothing past their ends.
+    pub(in crate::catalog) fn assert_reads_as(read: &Rows, rows: &[Row]) {
+        assert_eq!(read.len(), rows.len());
         for (i, row) in rows.iter().enumerate() {
             for (j, cell) in row.iter().enumerate() {
-                assert_eq!(packed.cell(i, j), cell.as_cell_ref());
+                assert_eq!(read.cell(i, j), cell.as_cell_ref(), "row {i} column {j}");
             }
-            assert_eq!(packed.row(i).as_ref(), Some(row));
+            assert_eq!(read.row(i).as_ref(), Some(row));
             let (mut a, mut b) = (Vec::new(), Vec::new());
-            packed.put_row(i, &mut a);
+            read.put_row(i, &mut a);
             put_row(&mut b, row);
             assert_eq!(a, b);
         }
-        assert_eq!(packed.cell(0, 9), CellRef::Null);
-        assert_eq!(packed.row(rows.len()), None);
-        assert_eq!(&*packed, rows.as_slice());
+        assert_eq!(read.cell(0, 9), CellRef::Null);
+        assert_eq!(read.cell(rows.len(), 0), CellRef::Null);
+        assert_eq!(read.row(rows.len()), None);
+        assert_eq!(&**read, rows);
+    }
+
+    #[test]
+    fn packed_rows_read_as_the_rows_they_pack() {
+        let rows = sample();
+        assert_reads_as(&packed(&rows, 70), &rows);
     }
 
     #[test]
