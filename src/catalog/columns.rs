@@ -77,14 +77,12 @@ fn width_for(greatest: u64) -> usize {
     }
 }
 
-/// Appends `cells` (integers and NULLs only) laid out as integers.
-fn put_integers<'a>(cells: impl Iterator<Item = CellRef<'a>> + Clone, block: &mut Vec<u8>) {
-    let values = || cells.clone().filter_map(CellRef::as_int);
-    let count = cells.clone().count();
-    let present = values().count();
-    let nulls = match present {
+/// Appends a column's cells, each an integer or NULL, laid out as integers.
+fn put_integers(cells: &[Option<i64>], block: &mut Vec<u8>) {
+    let values = || cells.iter().flatten().copied();
+    let nulls = match values().count() {
         0 => ALL_NULL,
-        n if n == count => NO_NULLS,
+        n if n == cells.len() => NO_NULLS,
         _ => SOME_NULLS,
     };
     block.push(nulls);
@@ -97,10 +95,10 @@ fn put_integers<'a>(cells: impl Iterator<Item = CellRef<'a>> + Clone, block: &mu
     block.extend_from_slice(&least.to_le_bytes());
     block.push(width as u8);
     if nulls == SOME_NULLS {
-        block.extend(cells.clone().map(|cell| u8::from(cell != CellRef::Null)));
+        block.extend(cells.iter().map(|cell| u8::from(cell.is_some())));
     }
     for cell in cells {
-        let bytes = distance(cell.as_int().unwrap_or(least)).to_le_bytes();
+        let bytes = distance(cell.unwrap_or(least)).to_le_bytes();
         block.extend_from_slice(&bytes[..width]);
     }
 }
@@ -186,13 +184,23 @@ pub fn put_columns(rows: &Rows, range: Range<usize>, width: usize, out: &mut Vec
     for column in 0..width {
         block.clear();
         let cells = || range.clone().map(|row| rows.cell(row, column));
-        if cells().all(|cell| matches!(cell, CellRef::Null | CellRef::Int(_))) {
-            put_varint(out, LAID_AS_INTEGERS);
-            put_integers(cells(), &mut block);
-        } else {
-            put_varint(out, LAID_AS_CELLS);
-            for cell in cells() {
-                put_cell_ref(&mut block, cell);
+        let integers: Option<Vec<Option<i64>>> = cells()
+            .map(|cell| match cell {
+                CellRef::Null => Some(None),
+                CellRef::Int(v) => Some(Some(v)),
+                _ => None,
+            })
+            .collect();
+        match integers {
+            Some(integers) => {
+                put_varint(out, LAID_AS_INTEGERS);
+                put_integers(&integers, &mut block);
+            }
+            None => {
+                put_varint(out, LAID_AS_CELLS);
+                for cell in cells() {
+                    put_cell_ref(&mut block, cell);
+                }
             }
         }
         put_bytes(out, &block);
@@ -211,7 +219,7 @@ enum Block {
 
 /// The width of the columns laid out from `at` bytes into `part` to its
 /// end, `count` cells each, and their blocks; every block is checked.
-fn read_blocks(part: &Bytes, at: usize, count: usize) -> Result<(usize, Vec<Block>)> {
+fn read_blocks(part: &[u8], at: usize, count: usize) -> Result<(usize, Vec<Block>)> {
     let body = part
         .get(at..)
         .ok_or_else(|| Error::corruption("image part ends early"))?;
@@ -250,7 +258,7 @@ fn read_blocks(part: &Bytes, at: usize, count: usize) -> Result<(usize, Vec<Bloc
 
 /// Whether the `count` rows laid out by column from `at` bytes into `part`
 /// decode whole.
-pub fn check(part: &Bytes, at: usize, count: usize) -> Result<()> {
+pub fn check(part: &[u8], at: usize, count: usize) -> Result<()> {
     read_blocks(part, at, count).map(drop)
 }
 
@@ -543,10 +551,15 @@ mod tests {
         // A constant column takes no bytes per cell; ids that count up take one or two.
         let source = Rows::from(rows);
         let mut constant = Vec::new();
-        put_integers((0..300).map(|row| source.cell(row, 0)), &mut constant);
+        let column = |c| {
+            (0..300)
+                .map(|row| source.cell(row, c).as_int())
+                .collect::<Vec<_>>()
+        };
+        put_integers(&column(0), &mut constant);
         assert_eq!(constant.len(), INTEGERS_HEAD_BYTES);
         let mut counting = Vec::new();
-        put_integers((0..300).map(|row| source.cell(row, 1)), &mut counting);
+        put_integers(&column(1), &mut counting);
         assert_eq!(counting.len(), INTEGERS_HEAD_BYTES + 2 * 300);
     }
 

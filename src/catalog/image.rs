@@ -466,7 +466,7 @@ pub fn check_part(key: &[u8], value: &[u8]) -> Result<()> {
     decode_key(key)?;
     if let Ok(header) = read_header(COLUMNS_TAG, value) {
         let at = value.len() - header.payload.remaining();
-        return columns::check(&Bytes::copy_from_slice(value), at, header.rows);
+        return columns::check(value, at, header.rows);
     }
     let rows = |mut r: Reader<'_>, count: usize| -> Result<()> {
         for _ in 0..count {

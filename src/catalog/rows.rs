@@ -182,7 +182,8 @@ impl Rows {
 
     /// Whether the rows are held row by row, decoded or packed, rather than
     /// as the image's columns.
-    pub fn is_row_wise(&self) -> bool {
+    #[cfg(test)]
+    pub(super) fn is_row_wise(&self) -> bool {
         self.columns.is_none()
     }
 

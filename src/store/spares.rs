@@ -30,9 +30,10 @@
 //! that of two processes one gets each file. The names are fixed so that
 //! adopting them takes four renames, not a listing of the folder: the WAL
 //! folder holds a fence from every session's open until the fences' minimum
-//! age (a day), and listing it made the attach's cost follow the sessions. A read-write attach writes a manifest and a
-//! WAL object before its first commit, and without a spare each would create
-//! a file (1 ms instead of 0.5 on these machines). A process that dies leaves
+//! age (a day), and listing it made the attach's cost follow the sessions.
+//! A read-write attach writes a manifest and a WAL object before its first
+//! commit, and without a spare each would create a file (1 ms instead of
+//! 0.5 on these machines). A process that dies leaves
 //! its spares behind, empty or zeros, under names nothing lists; no other process
 //! takes a `spare#` name, which may be a live process's.
 
