@@ -9,9 +9,8 @@
 pub mod audit;
 
 use crate::error::{slate, Error, Result};
-use crate::store::{layout, upkeep, Store};
+use crate::store::{layout, settings, upkeep, Store};
 use object_store::ObjectStore;
-use slatedb::config::{GarbageCollectorDirectoryOptions, GarbageCollectorOptions};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -154,20 +153,7 @@ async fn compact_and_collect(
     })
     .await?;
     let mut compacted_at = Instant::now();
-    let now = GarbageCollectorDirectoryOptions {
-        interval: None,
-        min_age: RECLAIM_MIN_AGE,
-        dry_run: false,
-    };
-    let gc = GarbageCollectorOptions {
-        manifest_options: Some(now),
-        wal_options: Some(now),
-        wal_fence_options: None,
-        compacted_options: Some(now),
-        compactions_options: Some(now),
-        boundary_files_enabled: store.uri().gc_boundary_files(),
-        ..GarbageCollectorOptions::default()
-    };
+    let gc = settings::collection(store.uri(), None, RECLAIM_MIN_AGE, RECLAIM_MIN_AGE, None);
     let mut last = physical_usage(store).await?.bytes();
     for round in 0..MAX_COLLECTION_ROUNDS {
         // What the last merge replaced becomes collectable once it is older

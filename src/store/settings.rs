@@ -234,23 +234,13 @@ impl StoreSettings {
     /// What the garbage collection beside a writer deletes, and how old it
     /// must be first (`store::upkeep::spawn_collection`).
     pub fn collection_options(&self, uri: &StoreUri) -> GarbageCollectorOptions {
-        let dir = GarbageCollectorDirectoryOptions {
-            interval: Some(self.gc_interval),
-            min_age: self.gc_min_age,
-            dry_run: false,
-        };
-        GarbageCollectorOptions {
-            manifest_options: Some(dir),
-            wal_options: Some(dir),
-            wal_fence_options: Some(GarbageCollectorDirectoryOptions {
-                min_age: self.wal_fence_min_age,
-                ..dir
-            }),
-            compacted_options: Some(dir),
-            compactions_options: Some(dir),
-            boundary_files_enabled: uri.gc_boundary_files(),
-            ..GarbageCollectorOptions::default()
-        }
+        collection(
+            uri,
+            Some(self.gc_interval),
+            self.gc_min_age,
+            self.gc_min_age,
+            Some(self.wal_fence_min_age),
+        )
     }
 
     /// What a closing writer collects before it releases the lease
@@ -261,20 +251,13 @@ impl StoreSettings {
     /// shorter than the first collection's delay is collected here alone:
     /// before, its merged-away SSTs and its fences stayed for ever.
     pub fn close_collection_options(&self, uri: &StoreUri) -> GarbageCollectorOptions {
-        let aged = |min_age| GarbageCollectorDirectoryOptions {
-            interval: None,
-            min_age,
-            dry_run: false,
-        };
-        GarbageCollectorOptions {
-            manifest_options: Some(aged(Duration::ZERO)),
-            wal_options: Some(aged(Duration::ZERO)),
-            wal_fence_options: Some(aged(self.wal_fence_min_age)),
-            compacted_options: Some(aged(self.gc_min_age)),
-            compactions_options: Some(aged(Duration::ZERO)),
-            boundary_files_enabled: uri.gc_boundary_files(),
-            ..GarbageCollectorOptions::default()
-        }
+        collection(
+            uri,
+            None,
+            Duration::ZERO,
+            self.gc_min_age,
+            Some(self.wal_fence_min_age),
+        )
     }
 
     pub fn slatedb_settings(&self) -> Settings {
@@ -287,5 +270,32 @@ impl StoreSettings {
             garbage_collector_options: None,
             ..Settings::default()
         }
+    }
+}
+
+/// A garbage collection of `uri`'s store, every `interval` or once: the
+/// logs (manifests, WAL objects, compaction records) once older than
+/// `logs_min_age`, compacted SSTs once older than `compacted_min_age`, and
+/// WAL fences once older than `fence_min_age`, or never without one.
+pub fn collection(
+    uri: &StoreUri,
+    interval: Option<Duration>,
+    logs_min_age: Duration,
+    compacted_min_age: Duration,
+    fence_min_age: Option<Duration>,
+) -> GarbageCollectorOptions {
+    let aged = |min_age| GarbageCollectorDirectoryOptions {
+        interval,
+        min_age,
+        dry_run: false,
+    };
+    GarbageCollectorOptions {
+        manifest_options: Some(aged(logs_min_age)),
+        wal_options: Some(aged(logs_min_age)),
+        wal_fence_options: fence_min_age.map(aged),
+        compacted_options: Some(aged(compacted_min_age)),
+        compactions_options: Some(aged(logs_min_age)),
+        boundary_files_enabled: uri.gc_boundary_files(),
+        ..GarbageCollectorOptions::default()
     }
 }
