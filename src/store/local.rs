@@ -441,8 +441,16 @@ fn entries(
         if out.len() == most {
             return Ok(None);
         }
-        let path = entry.map_err(|e| generic(folder, e))?.path();
-        match std::fs::metadata(&path) {
+        let entry = entry.map_err(|e| generic(folder, e))?;
+        let path = entry.path();
+        // Stat the entry relative to the open folder: a path from the root
+        // costs a lookup of every component, and a WAL folder holds a fence
+        // per session of the last day. Only a link needs following.
+        let metadata = match entry.file_type() {
+            Ok(kind) if !kind.is_symlink() => entry.metadata(),
+            _ => std::fs::metadata(&path),
+        };
+        match metadata {
             Ok(metadata) => out.push((path, metadata)),
             Err(e) if e.kind() == ErrorKind::NotFound => {}
             Err(e) => return Err(generic(&path, e)),
