@@ -4,6 +4,9 @@ stay after the manifest's replay point and every later open would read them all 
 writer that leaves more than a few moves the replay point past them (src/store/turn.rs, `close`)."""
 
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import harness
@@ -131,3 +134,61 @@ def test_short_sessions_give_back_merged_ssts_and_fences(tmp):
     compacted, fences = zip(*late)
     assert max(compacted[1:]) <= 4, late
     assert max(fences) <= 2, (early, late)
+
+
+def fence_names(tmp):
+    wal = os.path.join(tmp, "catalog", "catalog", "wal")
+    return {n for n in os.listdir(wal) if n.endswith(".sst") and os.path.getsize(os.path.join(wal, n)) == 0}
+
+
+def test_fences_of_released_leases_go_and_a_takeovers_fence_stays(tmp):
+    """Each writer's open writes a zero-byte WAL fence, which only matters to a writer that was still running when the
+    lease was taken from it. A writer that found the lease free (its holder released it after stopping) wrote one that
+    turns nobody away, and deletes it, with those of earlier such sessions, once the replay point has passed them; a
+    writer that took over a stale lease moves the replay point past its fence at once, and no one deletes that fence
+    before the collection's minimum age, a day here (src/store/fences.rs). Before, every session left its fence for a
+    day, and every open and close listed them all."""
+    harness.require_extension("moraine")
+    con = harness.connect()
+
+    def session(writes):
+        con.execute(attach_sql(tmp))
+        if writes:
+            con.execute("INSERT INTO lake.t VALUES (1)")
+        else:
+            con.execute("SELECT count(*) FROM lake.t").fetchall()
+        con.execute("DETACH lake")
+        return len(fence_names(tmp))
+
+    con.execute(attach_sql(tmp))
+    con.execute("CREATE TABLE lake.t (x INTEGER)")
+    con.execute("DETACH lake")
+    counts = [session(writes=k % 3 == 0) for k in range(36)]
+    # At most the sessions since the replay point last moved keep theirs: a close moves it past more than eight.
+    assert max(counts) <= 10, counts
+
+    # A writer killed while it holds the lease: the next one takes the lease over, and its fence stays.
+    script = ("import sys; sys.path.insert(0, %r); import harness, time; con = harness.connect(); con.execute(%r); "
+              "con.execute('INSERT INTO lake.t VALUES (3)'); print('held', flush=True); time.sleep(60)"
+              % (os.path.dirname(os.path.abspath(harness.__file__)), attach_sql(tmp)))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        before_takeover = fence_names(tmp)
+        session(writes=True)
+        guarded = fence_names(tmp) - before_takeover
+        assert guarded, "the takeover's open wrote a fence"
+        later = [session(writes=k % 3 == 0) for k in range(24)]
+        assert guarded <= fence_names(tmp), (guarded, sorted(fence_names(tmp)))
+        assert max(later) <= 10 + len(before_takeover | guarded), later
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    con.execute(attach_sql(tmp))
+    assert con.execute("SELECT count(*) FROM lake.t").fetchall() == [(12 + 1 + 1 + 8,)]
+    con.close()
+    print("fences after each of 36 short sessions: %s; after a takeover and 24 more: %s (the takeover's %s kept)"
+          % (counts, later, sorted(guarded)))

@@ -230,9 +230,23 @@ impl LeaseRecord {
 #[derive(Debug)]
 pub enum Take {
     /// This writer holds the lease now; renewals build on this version.
-    Taken(UpdateVersion),
+    Taken(Taken),
     /// Another live writer holds it, as a turn this writer may ask for.
     Busy(LeaseRecord),
+}
+
+/// A lease this writer has just taken.
+#[derive(Debug)]
+pub struct Taken {
+    pub version: UpdateVersion,
+    /// The lease was absent: the writer before this one released it after
+    /// its own writer had stopped (or there was none), so nothing is left
+    /// that the WAL fence of this writer's open could turn away
+    /// ([design 0025]). A lease taken over from a stale or live holder, or
+    /// this writer's own lease left behind, is not free.
+    ///
+    /// [design 0025]: ../../docs/design/0025-fences-that-turn-nobody-away.md
+    pub free: bool,
 }
 
 /// One writer's claim on one store's lease: who asks, where, and on what
@@ -272,7 +286,7 @@ impl LeaseClaim<'_> {
             Ok(found) => found,
             Err(object_store::Error::NotFound { .. }) => {
                 let written = write(store, &path, me, self.exclusive, PutMode::Create).await;
-                return self.settle(written).await;
+                return self.settle(written, true).await;
             }
             Err(e) => return Err(Error::store("reading the writer lease", e)),
         };
@@ -336,17 +350,17 @@ impl LeaseClaim<'_> {
             // The lease it claimed is replaced: its text never comes back.
             let _ = store.delete(&marker).await;
         }
-        self.settle(written).await
+        self.settle(written, false).await
     }
 
     /// What a write of this writer's lease ended in: the lease is taken, or
     /// another writer moved first and holds it, or took and released it
     /// already (`None`: try again).
-    async fn settle(&self, written: Result<UpdateVersion>) -> Result<Option<Take>> {
+    async fn settle(&self, written: Result<UpdateVersion>, free: bool) -> Result<Option<Take>> {
         match written {
             Ok(version) => {
                 release_at_exit(self.store, self.root, self.me);
-                Ok(Some(Take::Taken(version)))
+                Ok(Some(Take::Taken(Taken { version, free })))
             }
             Err(Error::Conflict(_)) => Ok(read(self.store, self.root).await?.map(Take::Busy)),
             Err(e) => Err(e),
@@ -567,14 +581,40 @@ async fn write_unconditionally(
 /// Removes the lease if `me` holds it: a lease another writer took over is
 /// theirs.
 pub async fn release(store: &Arc<dyn ObjectStore>, root: &Path, me: &Holder) {
-    if let Ok(mut held) = held().lock() {
-        held.retain(|(_, r, h)| !(r == root && h == me));
-    }
+    forget_at_exit(root, me);
     match read(store, root).await {
         Ok(Some(record)) if record.is_held_by(me) => {}
         _ => return,
     }
     let _ = store.delete(&lease_path(root)).await;
+}
+
+fn forget_at_exit(root: &Path, me: &Holder) {
+    if let Ok(mut held) = held().lock() {
+        held.retain(|(_, r, h)| !(r == root && h == me));
+    }
+}
+
+/// Gives up a lease that `me` took over but whose writer never opened,
+/// without making it free: the lease is rewritten as expired, so the next
+/// writer takes it over at once and keeps its fence. Removing the lease
+/// would tell that writer the holder before `me` had stopped, and that
+/// holder may be a stalled writer whose fence `me` never wrote.
+pub async fn expire(store: &Arc<dyn ObjectStore>, root: &Path, me: &Holder, exclusive: bool) {
+    forget_at_exit(root, me);
+    match read(store, root).await {
+        Ok(Some(record)) if record.is_held_by(me) => {}
+        _ => return,
+    }
+    let policy = if exclusive { "exclusive" } else { "turn" };
+    let body = format!("{} until 0 {policy}", me.render());
+    let _ = store
+        .put_opts(
+            &lease_path(root),
+            PutPayload::from(body.into_bytes()),
+            for_live_processes(PutMode::Overwrite),
+        )
+        .await;
 }
 
 #[cfg(test)]
@@ -657,7 +697,10 @@ mod tests {
             );
         }
         let forced = take(&store, &root, &Holder::new_instance(), false, true).await;
-        assert!(matches!(forced, Ok(Take::Taken(_))), "{forced:?}");
+        assert!(
+            matches!(forced, Ok(Take::Taken(Taken { free: false, .. }))),
+            "{forced:?}"
+        );
     }
 
     #[tokio::test]
@@ -715,9 +758,38 @@ mod tests {
         put_lease(&store, &root, format!("{} until {until}", dead.render())).await;
         let me = Holder::new_instance();
         let taken = take(&store, &root, &me, true, false).await;
-        assert!(matches!(taken, Ok(Take::Taken(_))), "{taken:?}");
+        assert!(
+            matches!(taken, Ok(Take::Taken(Taken { free: false, .. }))),
+            "{taken:?}"
+        );
         release(&store, &root, &me).await;
         assert!(read(&store, &root).await.unwrap().is_none(), "released");
+        let next = take(&store, &root, &Holder::new_instance(), false, false).await;
+        assert!(
+            matches!(next, Ok(Take::Taken(Taken { free: true, .. }))),
+            "a released lease is free: {next:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lease_given_up_unopened_after_a_takeover_is_taken_over_again_not_free() {
+        for (local, store, _dir) in stores_with_and_without_if_match() {
+            let root = Path::from("catalog");
+            let stale = format!("{} until 1 turn", other_host_holder().render());
+            put_lease(&store, &root, stale).await;
+            let me = Holder::new_instance();
+            let taken = take(&store, &root, &me, false, false).await;
+            assert!(
+                matches!(taken, Ok(Take::Taken(Taken { free: false, .. }))),
+                "local {local}: {taken:?}"
+            );
+            expire(&store, &root, &me, false).await;
+            let next = take(&store, &root, &Holder::new_instance(), false, false).await;
+            assert!(
+                matches!(next, Ok(Take::Taken(Taken { free: false, .. }))),
+                "local {local}: taken over at once, and not free: {next:?}"
+            );
+        }
     }
 
     #[tokio::test]
@@ -740,7 +812,9 @@ mod tests {
         for (local, store, _dir) in stores_with_and_without_if_match() {
             let root = Path::from("catalog");
             let me = Holder::new_instance();
-            let Take::Taken(version) = take(&store, &root, &me, false, false).await.unwrap() else {
+            let Take::Taken(Taken { version, .. }) =
+                take(&store, &root, &me, false, false).await.unwrap()
+            else {
                 panic!("an empty store's lease is free");
             };
             let newer = LeaseRecord::render(&other_host_holder(), false);

@@ -23,6 +23,7 @@ macro_rules! wrapping_store_text {
 }
 
 pub mod counted;
+mod fences;
 mod journal;
 pub mod keys;
 pub mod layout;

@@ -27,6 +27,7 @@
 //!
 //! [design 0010]: ../../docs/design/0010-writer-turn.md
 
+use super::fences::SpentFences;
 use super::lease::{self, Holder, Take, TURN_DIR, TURN_SECONDS};
 use super::local::for_live_processes;
 use super::upkeep::Compaction;
@@ -73,6 +74,10 @@ const WATCH_REMOTE_STORE: Watch = Watch {
     idle: Duration::from_secs(1),
 };
 const ACTIVE_WINDOW: Duration = Duration::from_secs(2);
+
+/// How many writers' spent fences a process remembers while the replay
+/// point has not passed them: a turn handed over often leaves one each.
+const MOST_NOTED_SPENT_FENCES: usize = 256;
 
 /// How long each step of a detach (the final flush, closing the writer) may
 /// take before the detach gives up on it.
@@ -202,6 +207,9 @@ pub struct WriterTurn {
     drained: tokio::sync::Notify,
     last_active: Mutex<Instant>,
     counters: TurnCounters,
+    /// What this process's writers that found the lease free may delete
+    /// once the replay point passes it, oldest first.
+    spent_fences: Mutex<Vec<SpentFences>>,
 }
 
 /// A transaction's hold on the turn: while it lives, this process keeps
@@ -290,6 +298,7 @@ impl WriterTurn {
             drained: tokio::sync::Notify::new(),
             last_active: Mutex::new(Instant::now()),
             counters: TurnCounters::default(),
+            spent_fences: Mutex::new(Vec::new()),
         })
     }
 
@@ -380,16 +389,33 @@ impl WriterTurn {
             .try_take()
             .await;
             let record = match taken {
-                Ok(Take::Taken(version)) => {
+                Ok(Take::Taken(taken)) => {
                     let opening = Instant::now();
-                    let writer = match (self.open_writer)().await {
+                    let writer = match self.open_writer_for(taken.free).await {
                         Ok(writer) => writer,
                         Err(e) => {
                             // A store that cannot open must not stay locked.
-                            lease::release(&self.object_store, &self.root, &self.me).await;
+                            // A lease taken over stays taken over: the
+                            // stalled writer it was taken from may still
+                            // be turned away only by the next one's fence.
+                            if taken.free {
+                                lease::release(&self.object_store, &self.root, &self.me).await;
+                            } else {
+                                lease::expire(
+                                    &self.object_store,
+                                    &self.root,
+                                    &self.me,
+                                    self.policy.exclusive,
+                                )
+                                .await;
+                            }
                             return Err(e);
                         }
                     };
+                    let version = taken.version;
+                    if let Some(spent) = SpentFences::at_open(&writer.db, taken.free) {
+                        self.note_spent_fences(spent);
+                    }
                     if asked_at.is_some() {
                         self.withdraw_ask().await;
                     }
@@ -427,6 +453,63 @@ impl WriterTurn {
                 asked_at = Some(Instant::now());
             }
             tokio::time::sleep(self.poll + jitter(self.poll)).await;
+        }
+    }
+
+    /// Opens SlateDB's writer. One that took the lease over from a stale
+    /// holder, which may be a stalled writer, moves the replay point past
+    /// its own fence at once: a fence after the replay point is then always
+    /// one that guards nothing, and writers that took a free lease may
+    /// delete it once they pass it ([`SpentFences`]).
+    async fn open_writer_for(&self, lease_was_free: bool) -> Result<OpenedWriter> {
+        let writer = (self.open_writer)().await?;
+        if lease_was_free {
+            return Ok(writer);
+        }
+        let moved = writer
+            .writes
+            .run(super::upkeep::nudge(&writer.db))
+            .await
+            .map(|_| ());
+        match moved {
+            Ok(()) => Ok(writer),
+            Err(e) => {
+                let _ = writer.close().await;
+                Err(e)
+            }
+        }
+    }
+
+    fn note_spent_fences(&self, spent: SpentFences) {
+        if let Ok(mut noted) = self.spent_fences.lock() {
+            let spent = match noted.last() {
+                Some(last) => spent.beyond(last),
+                None => Some(spent),
+            };
+            if let Some(spent) = spent {
+                if noted.len() >= MOST_NOTED_SPENT_FENCES {
+                    noted.remove(0);
+                }
+                noted.push(spent);
+            }
+        }
+    }
+
+    /// Deletes the spent fences of this process's writers that the replay
+    /// point of `db`, a writer just closed, has passed.
+    async fn retire_spent_fences(&self, db: &Db) {
+        let replay_after = db.manifest().replay_after_wal_id();
+        let noted = match self.spent_fences.lock() {
+            Ok(mut noted) => std::mem::take(&mut *noted),
+            Err(_) => return,
+        };
+        for spent in noted {
+            if let Some(left) = spent
+                .retire(&self.object_store, &self.root, replay_after)
+                .await
+            {
+                self.note_spent_fences(left);
+            }
         }
     }
 
@@ -509,7 +592,9 @@ impl WriterTurn {
         }
         if let Some(held) = holding.take() {
             let closing = Instant::now();
-            let _ = held.writer.close().await;
+            if held.writer.close().await.is_ok() {
+                self.retire_spent_fences(&held.writer.db).await;
+            }
             self.counters
                 .close_ms
                 .fetch_add(closing.elapsed().as_millis() as u64, Ordering::Relaxed);
@@ -569,6 +654,7 @@ impl WriterTurn {
             .await
             .and(flushed);
         if closed.is_ok() {
+            self.retire_spent_fences(&held.writer.db).await;
             super::upkeep::collect_history_at_close(
                 &self.root,
                 &self.object_store,
