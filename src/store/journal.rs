@@ -254,8 +254,7 @@ impl Journal {
             // Nobody appended since this process did: the usual case, one read.
             return Ok(());
         }
-        let (_, end) = self.records_from(tail.epoch, tail.offset)?;
-        tail.offset = end;
+        tail.offset = self.end_of_records(tail.epoch, tail.offset)?;
         Ok(())
     }
 
@@ -351,8 +350,32 @@ impl Journal {
         Ok(parse_record_head(&head, epoch).is_some())
     }
 
+    /// Where the whole records of `epoch` from `offset` on end. Every
+    /// process's first write looks for the tail, so the records are checked
+    /// where they lie, a window at a time, and never copied out.
+    fn end_of_records(&self, epoch: u64, offset: u64) -> std::io::Result<u64> {
+        let mut window = vec![0u8; SCAN_WINDOW_BYTES];
+        let mut start = offset;
+        loop {
+            let len = (JOURNAL_BYTES.saturating_sub(start) as usize).min(window.len());
+            let bytes = &mut window[..len];
+            self.file.read_exact_at(bytes, start)?;
+            let mut at = 0;
+            while let Some(record) = checked_record(&bytes[at..], epoch) {
+                at += record.padded_len;
+            }
+            let window_ends_the_file = start + len as u64 == JOURNAL_BYTES;
+            // A record cut by the window's end is read again from its start;
+            // anything else that stops the walk ends the records.
+            if at == 0 || window_ends_the_file || !cut_by_window(&bytes[at..], epoch) {
+                return Ok(start + at as u64);
+            }
+            start += at as u64;
+        }
+    }
+
     /// The whole records of `epoch` from `offset` on, read at once, and
-    /// where they end.
+    /// where they end: what a recovery restores.
     fn records_from(&self, epoch: u64, offset: u64) -> std::io::Result<(Vec<Record>, u64)> {
         let mut bytes = vec![0u8; JOURNAL_BYTES.saturating_sub(offset) as usize];
         self.file.read_exact_at(&mut bytes, offset)?;
@@ -392,25 +415,59 @@ struct Record {
     body: Vec<u8>,
 }
 
-/// The record of `epoch` at the start of `bytes` if it is there whole, and
-/// its length padded.
-fn record_in(bytes: &[u8], epoch: u64) -> Option<(Record, usize)> {
+/// How much of the journal one read of a tail search takes: a whole record
+/// of the largest journaled object fits.
+const SCAN_WINDOW_BYTES: usize = 2 * JOURNALED_OBJECT_BYTES;
+
+/// A whole record of some epoch, as it lies in the journal.
+struct CheckedRecord<'a> {
+    kind: Kind,
+    name: &'a [u8],
+    body: &'a [u8],
+    padded_len: usize,
+}
+
+/// The record of `epoch` at the start of `bytes`, if it is there whole and
+/// its checksum holds.
+fn checked_record(bytes: &[u8], epoch: u64) -> Option<CheckedRecord<'_>> {
     let head: &[u8; RECORD_HEAD] = bytes.get(..RECORD_HEAD)?.try_into().ok()?;
     let (kind, name_len, body_len, sum) = parse_record_head(head, epoch)?;
     let rest = bytes.get(RECORD_HEAD..RECORD_HEAD + name_len + body_len)?;
     let mut hasher = crc32fast::Hasher::new();
     hasher.update(&head[4..24]);
     hasher.update(rest);
-    if hasher.finalize() != sum {
-        return None;
-    }
-    let name = std::str::from_utf8(&rest[..name_len]).ok()?.to_string();
-    let record = Record {
+    (hasher.finalize() == sum).then(|| CheckedRecord {
         kind,
-        name,
-        body: rest[name_len..].to_vec(),
+        name: &rest[..name_len],
+        body: &rest[name_len..],
+        padded_len: padded(RECORD_HEAD + name_len + body_len),
+    })
+}
+
+/// Whether `bytes`, the end of a window, begin a record of `epoch` that the
+/// window cuts short: its head is cut, or names more bytes than are left.
+fn cut_by_window(bytes: &[u8], epoch: u64) -> bool {
+    let Some(head) = bytes.get(..RECORD_HEAD) else {
+        return true;
     };
-    Some((record, padded(RECORD_HEAD + name_len + body_len)))
+    let head: &[u8; RECORD_HEAD] = match head.try_into() {
+        Ok(head) => head,
+        Err(_) => return false,
+    };
+    parse_record_head(head, epoch)
+        .is_some_and(|(_, name_len, body_len, _)| RECORD_HEAD + name_len + body_len > bytes.len())
+}
+
+/// The record of `epoch` at the start of `bytes` if it is there whole, and
+/// its length padded.
+fn record_in(bytes: &[u8], epoch: u64) -> Option<(Record, usize)> {
+    let checked = checked_record(bytes, epoch)?;
+    let record = Record {
+        kind: checked.kind,
+        name: std::str::from_utf8(checked.name).ok()?.to_string(),
+        body: checked.body.to_vec(),
+    };
+    Some((record, checked.padded_len))
 }
 
 fn padded(len: usize) -> usize {
@@ -715,6 +772,33 @@ mod tests {
         }
         let next = opened_after_a_reboot(dir.path());
         assert_holds(&next, 1..=20, 300).await;
+    }
+
+    #[tokio::test]
+    async fn a_new_store_finds_the_tail_past_records_a_window_cuts() {
+        // Records of two sizes, so that windows end inside a large one.
+        let len = |n: u64| if n % 3 == 0 { 40_000 } else { 700 };
+        let (dir, first) = store();
+        let ids = 1..=12u64;
+        for n in ids.clone() {
+            create(&first, &wal(n), body(n, len(n))).await.unwrap();
+        }
+        drop(first);
+        let folder = dir.path().join("wal");
+        assert_eq!(header_of(&folder).epoch, 1, "one epoch holds them all");
+        let second = DirectLocal::new(dir.path()).unwrap();
+        for n in 13..=14 {
+            create(&second, &wal(n), body(n, len(n))).await.unwrap();
+        }
+        drop(second);
+        for n in 1..=14u64 {
+            std::fs::remove_file(folder.join(format!("{n:020}.sst"))).unwrap();
+        }
+        let next = opened_after_a_reboot(dir.path());
+        for n in 1..=14u64 {
+            let bytes = next.get(&wal(n)).await.unwrap().bytes().await.unwrap();
+            assert_eq!(bytes.as_ref(), body(n, len(n)).as_slice(), "object {n}");
+        }
     }
 
     #[tokio::test]
