@@ -777,7 +777,7 @@ mod tests {
     #[tokio::test]
     async fn a_new_store_finds_the_tail_past_records_a_window_cuts() {
         // Records of two sizes, so that windows end inside a large one.
-        let len = |n: u64| if n % 3 == 0 { 40_000 } else { 700 };
+        let len = |n: u64| if n.is_multiple_of(3) { 40_000 } else { 700 };
         let (dir, first) = store();
         let ids = 1..=12u64;
         for n in ids.clone() {
