@@ -436,11 +436,66 @@ def run_mixed(backends_, scale, tmp_root, skipped):
 
 def mixed_report(lat):
     """Per statement, the median of each part of the run on every back-end, and moraine's ratio to each peer."""
+    return parts_report("mixed: ms per statement", lat, [name for name, _ in MIXED_STATEMENTS])
+
+
+def run_sessions(backends_, scale, tmp_root, skipped):
+    """Short sessions on every back-end at once, as scheduled jobs and CLI runs make them: each ATTACHes its lake,
+    commits one row (every third session) or reads it, and DETACHes; the back-ends take turns session by session,
+    the order rotating. A catalog whose open or close follows the number of sessions before it shows it here.
+    Returns ({name: {"session": [ms], "detach": [ms]}}, {name: the catalog's files at the end})."""
+    count = scale["growth"] // 2
+    cons, attaches, lat, dirs = {}, {}, {}, {}
+    for b in backends_:
+        try:
+            dirs[b.name] = tempfile.mkdtemp(dir=tmp_root)
+            attaches[b.name] = b.attach_sql(dirs[b.name])
+            cons[b.name] = harness.connect(load=b.extensions)
+            cons[b.name].execute("SET threads=1")
+            cons[b.name].execute(attaches[b.name])
+            cons[b.name].execute("CREATE TABLE lake.s (x INTEGER)")
+            cons[b.name].execute("DETACH lake")
+            lat[b.name] = {"session": [], "detach": []}
+        except Exception as e:  # noqa: BLE001 - reported, not fatal
+            skipped[b.name] = "failed: %s" % str(e).splitlines()[0]
+            cons.pop(b.name, None)
+    for i in range(count):
+        for name in rotated(list(cons), i):
+            con = cons[name]
+            statement = ("INSERT INTO lake.s VALUES (%d)" % i if i % 3 == 0 else "SELECT count(*) FROM lake.s")
+            try:
+                opened = timed(lambda: (con.execute(attaches[name]), con.execute(statement).fetchall()))
+                closed = timed(lambda: con.execute("DETACH lake"))
+            except Exception as e:  # noqa: BLE001
+                skipped[name] = "failed: %s" % str(e).splitlines()[0]
+                cons.pop(name).close()
+                lat.pop(name)
+                continue
+            lat[name]["session"].append(opened + closed)
+            lat[name]["detach"].append(closed)
+    files = {name: sum(len(f) for _, _, f in os.walk(dirs[name])) for name in cons}
+    for con in cons.values():
+        con.close()
+    return lat, files
+
+
+def sessions_report(lat, files):
+    """The sessions' cost per part of the run on every back-end, and the catalog's files at the end."""
+    report = parts_report("sessions: ms per short session (ATTACH, one statement, DETACH) and per DETACH", lat,
+                          ["session", "detach"])
+    print("catalog files after %d sessions: %s" % (
+        len(next(iter(lat.values()))["session"]) if lat else 0,
+        ", ".join("%s %d" % (name, n) for name, n in files.items())))
+    return {"parts": report, "files": files}
+
+
+def parts_report(title, lat, measures):
+    """Per measure, the median of each part of the run on every back-end, and moraine's ratio to each peer."""
     names = list(lat)
-    print("\nmixed: ms per statement, median per part of the run (%d parts), and moraine / peer" % MIXED_PARTS)
-    print("%-18s" % "statement" + "".join("%10s" % ("part %d" % (k + 1)) for k in range(MIXED_PARTS)))
+    print("\n%s, median per part of the run (%d parts), and moraine / peer" % (title, MIXED_PARTS))
+    print("%-18s" % "measure" + "".join("%10s" % ("part %d" % (k + 1)) for k in range(MIXED_PARTS)))
     report = {}
-    for statement, _ in MIXED_STATEMENTS:
+    for statement in measures:
         for b in names:
             v = lat[b][statement]
             size = max(1, len(v) // MIXED_PARTS)
@@ -592,10 +647,12 @@ def main(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--scale", default="small", choices=sorted(SCALES))
     ap.add_argument("--out", default=os.path.join(harness.ROOT, "target", "bench"))
-    ap.add_argument("--workload", default="all", choices=["all", "growth", "classic", "many_writers", "mixed"],
+    ap.add_argument("--workload", default="all",
+                    choices=["all", "growth", "classic", "many_writers", "mixed", "sessions"],
                     help="growth: the per-commit latency curve as history grows; many_writers: 1, 2, 4 and 8 "
                     "processes committing at once; mixed (not in all): inserts, updates, deletes and reads "
-                    "as history grows; classic: the rest")
+                    "as history grows; sessions (not in all): short sessions one after another, as their "
+                    "number grows; classic: the rest")
     if argv[:1] == ["--writer"]:
         return writer_process(argv[1:])
     args = ap.parse_args(argv)
@@ -608,10 +665,12 @@ def main(argv):
         skipped["postgres"] = "could not start a throwaway PostgreSQL: %s" % e
     tmp_root = tempfile.mkdtemp(prefix="moraine-bench-")
     results = {}
-    curves, after, mixed = {}, {}, {}
+    curves, after, mixed, sessions = {}, {}, {}, None
     try:
         if args.workload == "mixed":
             mixed = run_mixed([b for b in backends(pg) if b.name not in skipped], scale, tmp_root, skipped)
+        if args.workload == "sessions":
+            sessions = run_sessions([b for b in backends(pg) if b.name not in skipped], scale, tmp_root, skipped)
         if args.workload in ("all", "growth"):
             for kind in ("inlined", "parquet"):
                 running = [b for b in backends(pg) if b.name not in skipped]
@@ -658,6 +717,7 @@ def main(argv):
         print(line)
     growth = growth_report(curves, after, scale) if curves else {}
     mixed = mixed_report(mixed) if mixed else {}
+    sessions = sessions_report(*sessions) if sessions else {}
     for name, why in skipped.items():
         print("skipped %s: %s" % (name, why))
     os.makedirs(args.out, exist_ok=True)
@@ -665,7 +725,7 @@ def main(argv):
     with open(path, "w") as f:
         json.dump({"duckdb": duckdb.__version__, "ducklake": "d8a1881e", "moraine": harness_version(),
                    "scale": args.scale, "skipped": skipped, "results": report, "growth": growth,
-                   "mixed": mixed}, f, indent=1)
+                   "mixed": mixed, "sessions": sessions}, f, indent=1)
     print("wrote %s" % path)
     return 0
 
