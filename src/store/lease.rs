@@ -697,10 +697,7 @@ mod tests {
             );
         }
         let forced = take(&store, &root, &Holder::new_instance(), false, true).await;
-        assert!(
-            matches!(forced, Ok(Take::Taken(Taken { free: false, .. }))),
-            "{forced:?}"
-        );
+        assert_eq!(taken_free(&forced), Some(false), "{forced:?}");
     }
 
     #[tokio::test]
@@ -720,12 +717,27 @@ mod tests {
         );
     }
 
+    /// Whether a take took the lease, and then whether it was free.
+    fn taken_free(take: &Result<Take>) -> Option<bool> {
+        match take {
+            Ok(Take::Taken(taken)) => Some(taken.free),
+            _ => None,
+        }
+    }
+
+    /// A store's root holding the lease of a writer on another host that
+    /// expired long ago.
+    async fn with_a_stale_lease(store: &Arc<dyn ObjectStore>) -> Path {
+        let root = Path::from("catalog");
+        let stale = format!("{} until 1 turn", other_host_holder().render());
+        put_lease(store, &root, stale).await;
+        root
+    }
+
     #[tokio::test]
     async fn of_two_writers_replacing_one_stale_lease_exactly_one_wins() {
         for (local, store, _dir) in stores_with_and_without_if_match() {
-            let root = Path::from("catalog");
-            let dead = format!("{} until 1 turn", other_host_holder().render());
-            put_lease(&store, &root, dead).await;
+            let root = with_a_stale_lease(&store).await;
             let (a, b) = (Holder::new_instance(), Holder::new_instance());
             let (ta, tb) = tokio::join!(
                 take(&store, &root, &a, false, false),
@@ -758,15 +770,13 @@ mod tests {
         put_lease(&store, &root, format!("{} until {until}", dead.render())).await;
         let me = Holder::new_instance();
         let taken = take(&store, &root, &me, true, false).await;
-        assert!(
-            matches!(taken, Ok(Take::Taken(Taken { free: false, .. }))),
-            "{taken:?}"
-        );
+        assert_eq!(taken_free(&taken), Some(false), "{taken:?}");
         release(&store, &root, &me).await;
         assert!(read(&store, &root).await.unwrap().is_none(), "released");
         let next = take(&store, &root, &Holder::new_instance(), false, false).await;
-        assert!(
-            matches!(next, Ok(Take::Taken(Taken { free: true, .. }))),
+        assert_eq!(
+            taken_free(&next),
+            Some(true),
             "a released lease is free: {next:?}"
         );
     }
@@ -774,19 +784,15 @@ mod tests {
     #[tokio::test]
     async fn a_lease_given_up_unopened_after_a_takeover_is_taken_over_again_not_free() {
         for (local, store, _dir) in stores_with_and_without_if_match() {
-            let root = Path::from("catalog");
-            let stale = format!("{} until 1 turn", other_host_holder().render());
-            put_lease(&store, &root, stale).await;
+            let root = with_a_stale_lease(&store).await;
             let me = Holder::new_instance();
             let taken = take(&store, &root, &me, false, false).await;
-            assert!(
-                matches!(taken, Ok(Take::Taken(Taken { free: false, .. }))),
-                "local {local}: {taken:?}"
-            );
+            assert_eq!(taken_free(&taken), Some(false), "local {local}: {taken:?}");
             expire(&store, &root, &me, false).await;
             let next = take(&store, &root, &Holder::new_instance(), false, false).await;
-            assert!(
-                matches!(next, Ok(Take::Taken(Taken { free: false, .. }))),
+            assert_eq!(
+                taken_free(&next),
+                Some(false),
                 "local {local}: taken over at once, and not free: {next:?}"
             );
         }
