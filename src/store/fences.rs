@@ -9,7 +9,7 @@
 //! guards nothing, and so did every such writer since the replay point last
 //! moved:
 //! - a writer that takes over a stale lease moves the replay point past its
-//!   own fence as soon as it opens (`WriterTurn::take`), so a fence that
+//!   own fence as soon as it opens (`WriterTurn::open_writer_for`), so a fence that
 //!   guards a stalled writer never lies after the replay point;
 //! - a writer that took a free lease, when it closes, deletes the empty WAL
 //!   objects that lay between the replay point and the next WAL position at
