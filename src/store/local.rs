@@ -744,6 +744,8 @@ mod tests {
             "wal/1.sst",
             "wal/2.sst",
             "compacted/x.sst",
+            "compacted/01M96Q6W88ET0PEJJVDB2R6ZPD.sst",
+            "compacted/y z+ü.sst",
             "lease",
         ] {
             direct
@@ -757,7 +759,12 @@ mod tests {
             v.sort_by(|a, b| a.location.cmp(&b.location));
             v
         };
-        for prefix in [None, Some(Path::from("wal")), Some(Path::from("missing"))] {
+        for prefix in [
+            None,
+            Some(Path::from("wal")),
+            Some(Path::from("compacted")),
+            Some(Path::from("missing")),
+        ] {
             let mine: Vec<ObjectMeta> = direct
                 .list(prefix.as_ref())
                 .map(|m| m.unwrap())
