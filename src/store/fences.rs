@@ -47,17 +47,14 @@ pub struct SpentFences {
 }
 
 impl SpentFences {
-    /// What a writer just opened may later delete: nothing unless it took a
-    /// free lease.
-    pub fn at_open(db: &Db, lease_was_free: bool) -> Option<SpentFences> {
-        if !lease_was_free {
-            return None;
-        }
+    /// What a writer just opened, having found the lease free, may later
+    /// delete.
+    pub fn at_open(db: &Db) -> SpentFences {
         let manifest = db.manifest();
-        Some(SpentFences {
+        SpentFences {
             after: manifest.replay_after_wal_id(),
             through: manifest.next_wal_sst_id(),
-        })
+        }
     }
 
     /// These positions without those `earlier` holds already: a writer

@@ -178,16 +178,19 @@ pub struct LeaseRecord {
 
 impl LeaseRecord {
     fn render(holder: &Holder, exclusive: bool) -> String {
-        let (seconds, policy) = if exclusive {
-            (LEASE_SECONDS, "exclusive")
+        let seconds = if exclusive {
+            LEASE_SECONDS
         } else {
-            (TURN_SECONDS, "turn")
+            TURN_SECONDS
         };
-        format!(
-            "{} until {} {policy}",
-            holder.render(),
-            now_seconds() + seconds
-        )
+        LeaseRecord::render_until(holder, exclusive, now_seconds() + seconds)
+    }
+
+    /// A lease valid until `until`, in Unix seconds: [`expire`] writes one
+    /// that has already passed.
+    fn render_until(holder: &Holder, exclusive: bool, until: u64) -> String {
+        let policy = if exclusive { "exclusive" } else { "turn" };
+        format!("{} until {until} {policy}", holder.render())
     }
 
     /// Reads `render`'s output. Leases of builds before the writer turn have
@@ -581,18 +584,17 @@ async fn write_unconditionally(
 /// Removes the lease if `me` holds it: a lease another writer took over is
 /// theirs.
 pub async fn release(store: &Arc<dyn ObjectStore>, root: &Path, me: &Holder) {
-    forget_at_exit(root, me);
-    match read(store, root).await {
-        Ok(Some(record)) if record.is_held_by(me) => {}
-        _ => return,
+    if give_up(store, root, me).await {
+        let _ = store.delete(&lease_path(root)).await;
     }
-    let _ = store.delete(&lease_path(root)).await;
 }
 
-fn forget_at_exit(root: &Path, me: &Holder) {
+/// Stops holding the lease at exit, and says whether `me` still holds it.
+async fn give_up(store: &Arc<dyn ObjectStore>, root: &Path, me: &Holder) -> bool {
     if let Ok(mut held) = held().lock() {
         held.retain(|(_, r, h)| !(r == root && h == me));
     }
+    matches!(read(store, root).await, Ok(Some(record)) if record.is_held_by(me))
 }
 
 /// Gives up a lease that `me` took over but whose writer never opened,
@@ -601,13 +603,10 @@ fn forget_at_exit(root: &Path, me: &Holder) {
 /// would tell that writer the holder before `me` had stopped, and that
 /// holder may be a stalled writer whose fence `me` never wrote.
 pub async fn expire(store: &Arc<dyn ObjectStore>, root: &Path, me: &Holder, exclusive: bool) {
-    forget_at_exit(root, me);
-    match read(store, root).await {
-        Ok(Some(record)) if record.is_held_by(me) => {}
-        _ => return,
+    if !give_up(store, root, me).await {
+        return;
     }
-    let policy = if exclusive { "exclusive" } else { "turn" };
-    let body = format!("{} until 0 {policy}", me.render());
+    let body = LeaseRecord::render_until(me, exclusive, 0);
     let _ = store
         .put_opts(
             &lease_path(root),

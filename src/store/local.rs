@@ -444,8 +444,8 @@ fn entries(
         let entry = entry.map_err(|e| generic(folder, e))?;
         let path = entry.path();
         // Stat the entry relative to the open folder: a path from the root
-        // costs a lookup of every component, and a WAL folder holds a fence
-        // per session of the last day. Only a link needs following.
+        // costs a lookup of every component, for every entry of every
+        // listing an open and a close make. Only a link needs following.
         let metadata = match entry.file_type() {
             Ok(kind) if !kind.is_symlink() => entry.metadata(),
             _ => std::fs::metadata(&path),

@@ -39,6 +39,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutPayload, UpdateVersion};
 use slatedb::config::GarbageCollectorOptions;
 use slatedb::Db;
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -209,7 +210,7 @@ pub struct WriterTurn {
     counters: TurnCounters,
     /// What this process's writers that found the lease free may delete
     /// once the replay point passes it, oldest first.
-    spent_fences: Mutex<Vec<SpentFences>>,
+    spent_fences: Mutex<VecDeque<SpentFences>>,
 }
 
 /// A transaction's hold on the turn: while it lives, this process keeps
@@ -298,7 +299,7 @@ impl WriterTurn {
             drained: tokio::sync::Notify::new(),
             last_active: Mutex::new(Instant::now()),
             counters: TurnCounters::default(),
-            spent_fences: Mutex::new(Vec::new()),
+            spent_fences: Mutex::new(VecDeque::new()),
         })
     }
 
@@ -413,8 +414,8 @@ impl WriterTurn {
                         }
                     };
                     let version = taken.version;
-                    if let Some(spent) = SpentFences::at_open(&writer.db, taken.free) {
-                        self.note_spent_fences(spent);
+                    if taken.free {
+                        self.note_spent_fences(SpentFences::at_open(&writer.db));
                     }
                     if asked_at.is_some() {
                         self.withdraw_ask().await;
@@ -463,34 +464,26 @@ impl WriterTurn {
     /// delete it once they pass it ([`SpentFences`]).
     async fn open_writer_for(&self, lease_was_free: bool) -> Result<OpenedWriter> {
         let writer = (self.open_writer)().await?;
-        if lease_was_free {
-            return Ok(writer);
-        }
-        let moved = writer
-            .writes
-            .run(super::upkeep::nudge(&writer.db))
-            .await
-            .map(|_| ());
-        match moved {
-            Ok(()) => Ok(writer),
-            Err(e) => {
+        if !lease_was_free {
+            if let Err(e) = writer.writes.run(super::upkeep::nudge(&writer.db)).await {
                 let _ = writer.close().await;
-                Err(e)
+                return Err(e);
             }
         }
+        Ok(writer)
     }
 
     fn note_spent_fences(&self, spent: SpentFences) {
         if let Ok(mut noted) = self.spent_fences.lock() {
-            let spent = match noted.last() {
+            let spent = match noted.back() {
                 Some(last) => spent.beyond(last),
                 None => Some(spent),
             };
             if let Some(spent) = spent {
                 if noted.len() >= MOST_NOTED_SPENT_FENCES {
-                    noted.remove(0);
+                    noted.pop_front();
                 }
-                noted.push(spent);
+                noted.push_back(spent);
             }
         }
     }
