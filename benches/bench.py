@@ -402,7 +402,8 @@ MIXED_STATEMENTS = (
     ("snapshots", lambda i: "SELECT count(*) FROM lake.snapshots()"),
     ("changes", lambda i: "SELECT count(*) FROM lake.table_changes('t', %d, %d)" % (max(1, i // 2 - 5), max(2, i // 2))),
 )
-MIXED_PARTS = 4
+# How many parts a run is cut into for the mixed and sessions reports.
+RUN_PARTS = 4
 
 
 def run_mixed(backends_, scale, tmp_root, skipped):
@@ -492,15 +493,15 @@ def sessions_report(lat, files):
 def parts_report(title, lat, measures):
     """Per measure, the median of each part of the run on every back-end, and moraine's ratio to each peer."""
     names = list(lat)
-    print("\n%s, median per part of the run (%d parts), and moraine / peer" % (title, MIXED_PARTS))
-    print("%-18s" % "measure" + "".join("%10s" % ("part %d" % (k + 1)) for k in range(MIXED_PARTS)))
+    print("\n%s, median per part of the run (%d parts), and moraine / peer" % (title, RUN_PARTS))
+    print("%-18s" % "measure" + "".join("%10s" % ("part %d" % (k + 1)) for k in range(RUN_PARTS)))
     report = {}
     for statement in measures:
         for b in names:
             v = lat[b][statement]
-            size = max(1, len(v) // MIXED_PARTS)
+            size = max(1, len(v) // RUN_PARTS)
             report.setdefault(statement, {})[b] = [statistics.median(v[k * size:(k + 1) * size])
-                                                   for k in range(MIXED_PARTS)]
+                                                   for k in range(RUN_PARTS)]
         for b in names:
             print("%-18s" % ("%s %s" % (statement, b))[:18] + "".join("%10.2f" % x for x in report[statement][b]))
         for b in names:

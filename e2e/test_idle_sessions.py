@@ -90,13 +90,26 @@ def test_commits_drive_the_writer_themselves_and_idle_writes_still_finish(tmp):
     con.close()
 
 
+def fence_names(tmp):
+    """The zero-byte WAL fences of the lake's store."""
+    wal = os.path.join(tmp, "catalog", "catalog", "wal")
+    return {n for n in os.listdir(wal) if n.endswith(".sst") and os.path.getsize(os.path.join(wal, n)) == 0}
+
+
 def store_files(tmp):
-    """The compacted SSTs and the zero-byte WAL fences of the lake's store."""
-    store = os.path.join(tmp, "catalog", "catalog")
-    compacted = [n for n in os.listdir(os.path.join(store, "compacted")) if n.endswith(".sst")]
-    wal = os.path.join(store, "wal")
-    fences = [n for n in os.listdir(wal) if n.endswith(".sst") and os.path.getsize(os.path.join(wal, n)) == 0]
-    return len(compacted), len(fences)
+    """How many compacted SSTs and zero-byte WAL fences the lake's store holds."""
+    compacted = [n for n in os.listdir(os.path.join(tmp, "catalog", "catalog", "compacted")) if n.endswith(".sst")]
+    return len(compacted), len(fence_names(tmp))
+
+
+def short_session(con, attach, rows=()):
+    """Attaches, commits each of `rows` into lake.t one by one (or, with none, reads the table), and detaches."""
+    con.execute(attach)
+    for x in rows:
+        con.execute("INSERT INTO lake.t VALUES (%d)" % x)
+    if not rows:
+        con.execute("SELECT count(*) FROM lake.t").fetchall()
+    con.execute("DETACH lake")
 
 
 def test_short_sessions_give_back_merged_ssts_and_fences(tmp):
@@ -111,13 +124,7 @@ def test_short_sessions_give_back_merged_ssts_and_fences(tmp):
     con = harness.connect()
 
     def session(writes):
-        con.execute(attach)
-        if writes:
-            for i in range(3):
-                con.execute("INSERT INTO lake.t VALUES (%d)" % i)
-        else:
-            con.execute("SELECT count(*) FROM lake.t").fetchall()
-        con.execute("DETACH lake")
+        short_session(con, attach, range(3) if writes else ())
         return store_files(tmp)
 
     con.execute(attach)
@@ -136,11 +143,6 @@ def test_short_sessions_give_back_merged_ssts_and_fences(tmp):
     assert max(fences) <= 2, (early, late)
 
 
-def fence_names(tmp):
-    wal = os.path.join(tmp, "catalog", "catalog", "wal")
-    return {n for n in os.listdir(wal) if n.endswith(".sst") and os.path.getsize(os.path.join(wal, n)) == 0}
-
-
 def test_fences_of_released_leases_go_and_a_takeovers_fence_stays(tmp):
     """Each writer's open writes a zero-byte WAL fence, which only matters to a writer that was still running when the
     lease was taken from it. A writer that found the lease free (its holder released it after stopping) wrote one that
@@ -152,12 +154,7 @@ def test_fences_of_released_leases_go_and_a_takeovers_fence_stays(tmp):
     con = harness.connect()
 
     def session(writes):
-        con.execute(attach_sql(tmp))
-        if writes:
-            con.execute("INSERT INTO lake.t VALUES (1)")
-        else:
-            con.execute("SELECT count(*) FROM lake.t").fetchall()
-        con.execute("DETACH lake")
+        short_session(con, attach_sql(tmp), (1,) if writes else ())
         return len(fence_names(tmp))
 
     con.execute(attach_sql(tmp))
@@ -208,12 +205,7 @@ def test_a_closing_merge_keeps_nothing_readable_for_long(tmp):
     manifests = os.path.join(tmp, "catalog", "catalog", "manifest")
     counts = []
     for k in range(150):
-        con.execute(attach_sql(tmp))
-        if k % 3 == 0:
-            con.execute("INSERT INTO lake.t VALUES (%d)" % k)
-        else:
-            con.execute("SELECT count(*) FROM lake.t").fetchall()
-        con.execute("DETACH lake")
+        short_session(con, attach_sql(tmp), (k,) if k % 3 == 0 else ())
         counts.append(len([n for n in os.listdir(manifests) if n.endswith(".manifest")]))
     con.close()
     print("manifests after every 25th of 150 short sessions: %s" % counts[24::25])
