@@ -88,7 +88,7 @@ async fn race(name: &str, winner: Winner, caught_by: CaughtBy) {
         CaughtBy::StoreTransaction => {
             let winning = prepare(&mut winning).await.unwrap();
             let losing = prepare(&mut losing).await.unwrap();
-            let outcome = winning.commit(&store).await.unwrap();
+            let outcome = winning.commit(&store).await.unwrap().outcome;
             let winner_alone = store_contents(&store).await;
             let err = losing.commit(&store).await.unwrap_err();
             assert_eq!(store_contents(&store).await, winner_alone);

@@ -524,6 +524,28 @@ async fn an_attach_reads_the_head_once_per_committed_state() {
     assert!(moved.unwrap().batch_count > head.unwrap().batch_count);
 }
 
+#[tokio::test]
+async fn an_attachs_own_commit_leaves_its_head_known() {
+    let store = memory_store("head-left").await;
+    bootstrap(&store).await;
+    let lake = Attach::of(&store);
+    for next in 1..=3 {
+        let mut tx = lake.tx();
+        assert_eq!(tx.premise().await.unwrap().unwrap().snapshot_id, next - 1);
+        stage_snapshot(&mut tx, snapshot_row(next, 1, 1, 0), "created_table:x").await;
+        tx.commit().await.unwrap();
+        let before = store.keys_read();
+        let known = lake.tx().premise().await.unwrap();
+        assert_eq!(
+            store.keys_read() - before,
+            0,
+            "the committed head was read back"
+        );
+        let stored = Attach::of(&store).tx().premise().await.unwrap();
+        assert_eq!(known, stored, "the head left by commit {next}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_writers_taking_turns_each_see_the_others_head() {
     let dir = tempfile::tempdir().unwrap();

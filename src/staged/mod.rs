@@ -171,6 +171,14 @@ impl AttachShared {
         Ok(head)
     }
 
+    /// Remembers the head this attach's own commit left, so the next
+    /// transaction that pins the state right after it reads nothing back.
+    fn head_left(&self, stamp: ViewStamp, head: Head) {
+        if let Ok(mut seen) = self.head_seen.lock() {
+            *seen = Some((stamp, Some(head)));
+        }
+    }
+
     /// Starts the purge of the snapshots an expiry just committed away, on
     /// the runtime, once the attach's transactions leave the store alone for
     /// [`PURGE_QUIET`] (or after [`PURGE_WAIT_LIMIT`]). A purge that fails
@@ -871,9 +879,9 @@ impl StagedTransaction {
         let premise = self.premise().await?;
         let known = self.known_keys()?;
         let view = self.pinned_view()?;
-        let outcome = translate::commit(&self.store, view, premise, &self.ops, &known).await;
-        self.store.commits().record(&outcome);
-        if let Err(e) = &outcome {
+        let landed = translate::commit(&self.store, view, premise, &self.ops, &known).await;
+        self.store.commits().record(&landed);
+        if let Err(e) = &landed {
             if !matches!(
                 e,
                 Error::Conflict(_)
@@ -886,7 +894,7 @@ impl StagedTransaction {
                 self.shared.rows.clear();
             }
         }
-        let outcome = outcome?;
+        let translate::Landed { outcome, stamp } = landed?;
         // A finished transaction must not keep its read view: an open SlateDB
         // snapshot makes compaction keep every version it could see. Its rows
         // go too, so the shared tables are carried forward in place.
@@ -894,6 +902,9 @@ impl StagedTransaction {
         self.pinned = None;
         self.runs.clear();
         if let Some(head) = outcome.head(premise) {
+            if let Some(stamp) = stamp {
+                self.shared.head_left(stamp, head);
+            }
             self.shared
                 .rows
                 .committed(premise, head, &self.ops, finished);

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::inline::{self, translate::InlineCommit};
 use crate::store::keys;
 use crate::store::value::Record;
-use crate::store::{ReadView, Store, StoreTxn};
+use crate::store::{ReadView, Store, StoreTxn, ViewStamp};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// DuckDB's reserved field id for row ids; DuckLake may backfill file
@@ -43,11 +43,18 @@ pub async fn commit(
     premise: Option<Head>,
     ops: &[StagedOp],
     known: &KnownKeys,
-) -> Result<CommitOutcome> {
+) -> Result<Landed> {
     prepare(store, view, premise, ops, known)
         .await?
         .commit(store)
         .await
+}
+
+/// A durable commit: what it did, and the stamp of the state it left.
+#[derive(Debug, Clone, Copy)]
+pub struct Landed {
+    pub outcome: CommitOutcome,
+    pub stamp: Option<ViewStamp>,
 }
 
 /// A commit translated into an open store transaction and not yet
@@ -93,9 +100,12 @@ impl PreparedCommit {
     }
 
     /// Commits the store transaction and waits until it is durable.
-    pub async fn commit(self, store: &Store) -> Result<CommitOutcome> {
-        store.commit(self.txn).await?;
-        Ok(self.outcome)
+    pub async fn commit(self, store: &Store) -> Result<Landed> {
+        let stamp = store.commit(self.txn).await?;
+        Ok(Landed {
+            outcome: self.outcome,
+            stamp,
+        })
     }
 }
 

@@ -395,7 +395,12 @@ impl Store {
 
     /// Commits and waits until the batch is durable in object storage, so an
     /// acknowledged commit survives a crash.
-    pub async fn commit(&self, txn: StoreTxn) -> Result<()> {
+    ///
+    /// Returns the stamp a view taken right after the commit carries when
+    /// nothing else was written in between (`None` for a transaction that
+    /// wrote nothing): a caller that knows what its commit left can then
+    /// skip reading it back.
+    pub async fn commit(&self, txn: StoreTxn) -> Result<Option<ViewStamp>> {
         let StoreTxn { tx, pin, batch, .. } = txn;
         let (db, writes) = (pin.db(), pin.writes());
         let landed = async {
@@ -403,18 +408,22 @@ impl Store {
                 .run(tx.commit())
                 .await
                 .map_err(|e| slate("committing", e))?;
-            if let Some(handle) = handle {
-                writes
-                    .run(db.flush())
-                    .await
-                    .map_err(|e| slate("flushing the commit", e))?;
-                handle
-                    .await_durable()
-                    .await
-                    .map_err(|e| slate("awaiting durability", e))?;
-                self.flush_memtable_now_and_then(db, batch);
-            }
-            Ok(())
+            let Some(handle) = handle else {
+                return Ok(None);
+            };
+            writes
+                .run(db.flush())
+                .await
+                .map_err(|e| slate("flushing the commit", e))?;
+            handle
+                .await_durable()
+                .await
+                .map_err(|e| slate("awaiting durability", e))?;
+            self.flush_memtable_now_and_then(db, batch);
+            Ok(Some(ViewStamp {
+                writer: pin.opened(),
+                seq: handle.seqnum(),
+            }))
         }
         .await;
         if matches!(landed, Err(Error::Fenced)) {
