@@ -248,7 +248,21 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
         except Exception as e:  # noqa: BLE001 - reported, not fatal
             drop(b.name, e)
     by_name = {b.name: b for b in backends_}
+    fresh_cons, fresh_lat = {}, {}
     for i in range(n):
+        if i == n - GROWTH_WINDOW and i > EARLY_HISTORY:
+            # A young lake per back-end, committed into beside the grown one through the last window: the
+            # same minutes of the machine, so what the grown lake's history costs is read with the drift
+            # divided out. Its own first EARLY_HISTORY commits are not timed.
+            for name in list(cons):
+                try:
+                    con = by_name[name].connect(tempfile.mkdtemp(dir=tmp_root), parquet_only=parquet_only)
+                    con.execute("CREATE TABLE g (id INTEGER)")
+                    for j in range(EARLY_HISTORY):
+                        con.execute("INSERT INTO g VALUES (%d)" % j)
+                    fresh_cons[name], fresh_lat[name] = con, []
+                except Exception as e:  # noqa: BLE001 - only this figure is lost
+                    skipped[name + "@young"] = "failed: %s" % str(e).splitlines()[0]
         if i == EARLY_HISTORY:
             # Every lake is closed while any is attached cold, as a user's first attach of the day would be.
             names = list(cons)
@@ -265,12 +279,21 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
                     shutil.copytree(lakes[name], early_copies[name])
             for name in names:
                 cons[name] = by_name[name].connect(lakes[name], parquet_only=parquet_only)
-        names = list(cons)
-        for name in rotated(names, i):
+        turns = [(name, cons, lat) for name in cons] + [(name, fresh_cons, fresh_lat) for name in fresh_cons]
+        for name, into, lats in rotated(turns, i):
+            if name not in into:
+                continue
             try:
-                lat[name].append(timed(lambda: cons[name].execute("INSERT INTO g VALUES (%d)" % i)))
+                lats[name].append(timed(lambda: into[name].execute("INSERT INTO g VALUES (%d)" % i)))
             except Exception as e:  # noqa: BLE001
-                drop(name, e)
+                if into is cons:
+                    drop(name, e)
+                else:
+                    skipped[name + "@young"] = "failed: %s" % str(e).splitlines()[0]
+                    into.pop(name).close()
+                    lats.pop(name)
+    for con in fresh_cons.values():
+        con.close()
     names = list(cons)
     for name in names:
         cons.pop(name).close()
@@ -314,6 +337,7 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
                 drop(name, e)
                 attach.pop(name)
     return {name: (lat[name], {"attach_early_ms": early[name], "attach_ms": attach[name],
+                               **({"young_commits_ms": fresh_lat[name]} if name in fresh_lat else {}),
                                "attach_early_phases_ms": early_phases[name],
                                "attach_phases_ms": attach_phases[name],
                                **({"attach_early_again_ms": again[name][0]} if name in again else {}),
@@ -359,6 +383,15 @@ def growth_report(curves, after, scale):
             paired = {b: statistics.median(m / p for m, p in zip(curves[kind]["moraine"][-w:], curves[kind][b][-w:]))
                       for b in names}
             print("%-18s" % "  paired last" + "".join("%12.2f" % paired[b] for b in names))
+        # The last window against a young lake's commits in the same minutes (run_growth).
+        young = {b: after[kind][b].get("young_commits_ms") for b in names}
+        print("%-18s" % ("young %d same" % w) + "".join(
+            "%12s" % ("-" if not young[b] else "%.2f" % statistics.median(young[b])) for b in names))
+        print("%-18s" % "last/young same" + "".join(
+            "%12s" % ("-" if not young[b] else "%.2f" % (last[b] / statistics.median(young[b]))) for b in names))
+        print("%-18s" % "  paired" + "".join(
+            "%12s" % ("-" if not young[b] or len(young[b]) != w else "%.2f" % statistics.median(
+                g / y for g, y in zip(curves[kind][b][-w:], young[b]))) for b in names))
         for metric in ("attach_early_ms", "attach_ms", "expire_ms", "cleanup_ms"):
             vals = {b: after[kind][b][metric] for b in names}
             label = "attach h%d" % EARLY_HISTORY if metric == "attach_early_ms" else "%s h%d" % (metric[:-3], n)
