@@ -236,3 +236,77 @@ def test_expiry_cascade_over_every_object_kind_leaves_the_same_catalog(tmp):
     base = os.path.join(tmp, "files")
     os.makedirs(base, exist_ok=True)
     same(tmp, [s.replace("{tmp}", base) for s in CASCADE_STREAM])
+
+
+def test_merge_update_from_and_a_changed_inlining_limit_match_file_catalog(tmp):
+    """MERGE INTO and UPDATE ... FROM stage their changes through joins, and a lake whose inlining limit is
+    changed by `ducklake_set_option` splits later inserts between inlined rows and Parquet files."""
+    out = same(tmp, [
+        "USE lake",
+        "CREATE TABLE a AS SELECT range AS id, range % 4 AS k, 'n' || range AS name FROM range(50)",
+        "CREATE TABLE b (id INTEGER, k INTEGER, name VARCHAR)",
+        "MERGE INTO b USING a ON b.id = a.id WHEN MATCHED THEN UPDATE SET name = a.name "
+        "WHEN NOT MATCHED THEN INSERT VALUES (a.id, a.k, a.name)",
+        "MERGE INTO b USING (SELECT id, 'm' AS name FROM a WHERE id < 10) s ON b.id = s.id "
+        "WHEN MATCHED THEN UPDATE SET name = s.name",
+        "UPDATE b SET name = a.name || '!' FROM a WHERE a.id = b.id AND a.k = 1",
+        "SELECT k, count(*), min(name), max(name) FROM b GROUP BY k ORDER BY k",
+        "CALL ducklake_set_option('lake', 'data_inlining_row_limit', 5)",
+        "INSERT INTO b VALUES (1000, 0, 'small')",
+        "INSERT INTO b SELECT range + 2000, 1, 'big' FROM range(20)",
+        "ALTER TABLE b SET PARTITIONED BY (k)",
+        "INSERT INTO b SELECT range + 3000, range % 2, 'p' FROM range(30)",
+        "SELECT count(*) FROM ducklake_list_files('lake', 'b')",
+        "DELETE FROM b WHERE k = 1 AND id > 2000",
+        "SET VARIABLE deleted_at = (SELECT max(snapshot_id) FROM ducklake_snapshots('lake'))",
+        "SELECT count(*) FROM ducklake_table_deletions('lake', 'main', 'b', 0, getvariable('deleted_at'))",
+        "CALL ducklake_merge_adjacent_files('lake')",
+        "SELECT count(*), sum(id) FROM b",
+        "SELECT count(*) FROM b AT (VERSION => 3)",
+    ])
+    # ids below 10 took the second MERGE's 'm'; every k = 1 row then took UPDATE ... FROM's '!'
+    assert out.ref_results[6][1] == [(0, 13, "m", "n48"), (1, 13, "n1!", "n9!"), (2, 12, "m", "n46"),
+                                     (3, 12, "m", "n47")], out.ref_results[6]
+    # the delete kept id 2000 and the k = 0 half of the partitioned insert
+    kept = list(range(50)) + [1000, 2000] + list(range(3000, 3030, 2))
+    assert out.ref_results[-2][1] == [(len(kept), sum(kept))], out.ref_results[-2]
+
+
+# Statements DuckDB or DuckLake refuses: the same message on both catalogs, and nothing of them in either.
+REFUSED = [
+    "INSERT INTO n VALUES (NULL, 'x')",
+    "INSERT INTO n VALUES (3, NULL)",
+    "CREATE TABLE n (x INTEGER)",
+    "DROP TABLE nonexistent",
+    "SELECT * FROM n AT (VERSION => 999)",
+]
+
+
+def test_rolled_back_and_refused_statements_leave_the_same_catalog(tmp):
+    out = differential.assert_same(tmp, [
+        "USE lake",
+        "CREATE TABLE n (id INTEGER NOT NULL, v VARCHAR)",
+        REFUSED[0],
+        "INSERT INTO n VALUES (1, 'a')",
+        "BEGIN",
+        "INSERT INTO n VALUES (2, 'b')",
+        "UPDATE n SET v = 'aa' WHERE id = 1",
+        "SELECT * FROM n ORDER BY id",
+        "ROLLBACK",
+        "SELECT * FROM n ORDER BY id",
+        "BEGIN",
+        "CREATE TABLE scratch (x INTEGER)",
+        "INSERT INTO scratch VALUES (1)",
+        "DROP TABLE scratch",
+        "COMMIT",
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = 'lake' ORDER BY 1",
+        "ALTER TABLE n ALTER COLUMN v SET NOT NULL",
+        REFUSED[1],
+        "ALTER TABLE n ALTER COLUMN v DROP NOT NULL",
+        "INSERT INTO n VALUES (3, NULL)",
+        "SELECT * FROM n ORDER BY id",
+    ] + REFUSED[2:], allow_errors=True, sides=SIDES)
+    assert [statement for statement, _ in out.ref_errors()] == REFUSED, out.ref_errors()
+    assert out.ref_results[9][1] == [(1, "a")], out.ref_results[9]
+    assert out.ref_results[15][1] == [("n",)], out.ref_results[15]
+    assert out.ref_results[20][1] == [(1, "a"), (3, None)], out.ref_results[20]
