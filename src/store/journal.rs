@@ -430,7 +430,7 @@ struct CheckedRecord<'a> {
 /// The record of `epoch` at the start of `bytes`, if it is there whole and
 /// its checksum holds.
 fn checked_record(bytes: &[u8], epoch: u64) -> Option<CheckedRecord<'_>> {
-    let head: &[u8; RECORD_HEAD] = bytes.get(..RECORD_HEAD)?.try_into().ok()?;
+    let head = bytes.first_chunk::<RECORD_HEAD>()?;
     let (kind, name_len, body_len, sum) = parse_record_head(head, epoch)?;
     let rest = bytes.get(RECORD_HEAD..RECORD_HEAD + name_len + body_len)?;
     let mut hasher = crc32fast::Hasher::new();
@@ -447,12 +447,8 @@ fn checked_record(bytes: &[u8], epoch: u64) -> Option<CheckedRecord<'_>> {
 /// Whether `bytes`, the end of a window, begin a record of `epoch` that the
 /// window cuts short: its head is cut, or names more bytes than are left.
 fn cut_by_window(bytes: &[u8], epoch: u64) -> bool {
-    let Some(head) = bytes.get(..RECORD_HEAD) else {
+    let Some(head) = bytes.first_chunk::<RECORD_HEAD>() else {
         return true;
-    };
-    let head: &[u8; RECORD_HEAD] = match head.try_into() {
-        Ok(head) => head,
-        Err(_) => return false,
     };
     parse_record_head(head, epoch)
         .is_some_and(|(_, name_len, body_len, _)| RECORD_HEAD + name_len + body_len > bytes.len())
