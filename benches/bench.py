@@ -233,9 +233,9 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
     parquet_only = kind == "parquet"
     lakes, cons, lat, early, early_copies = {}, {}, {}, {}, {}
 
-    def drop(name, e):
-        skipped[name] = "failed: %s" % str(e).splitlines()[0]
-        con = cons.pop(name, None)
+    def drop(name, e, into=cons, suffix=""):
+        skipped[name + suffix] = "failed: %s" % str(e).splitlines()[0]
+        con = into.pop(name, None)
         if con is not None:
             con.close()
 
@@ -256,13 +256,14 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
             # divided out. Its own first EARLY_HISTORY commits are not timed.
             for name in list(cons):
                 try:
-                    con = by_name[name].connect(tempfile.mkdtemp(dir=tmp_root), parquet_only=parquet_only)
-                    con.execute("CREATE TABLE g (id INTEGER)")
+                    fresh_cons[name] = by_name[name].connect(tempfile.mkdtemp(dir=tmp_root),
+                                                             parquet_only=parquet_only)
+                    fresh_cons[name].execute("CREATE TABLE g (id INTEGER)")
                     for j in range(EARLY_HISTORY):
-                        con.execute("INSERT INTO g VALUES (%d)" % j)
-                    fresh_cons[name], fresh_lat[name] = con, []
+                        fresh_cons[name].execute("INSERT INTO g VALUES (%d)" % j)
+                    fresh_lat[name] = []
                 except Exception as e:  # noqa: BLE001 - only this figure is lost
-                    skipped[name + "@young"] = "failed: %s" % str(e).splitlines()[0]
+                    drop(name, e, fresh_cons, "@young")
         if i == EARLY_HISTORY:
             # Every lake is closed while any is attached cold, as a user's first attach of the day would be.
             names = list(cons)
@@ -281,17 +282,14 @@ def run_growth(backends_, scale, tmp_root, kind, skipped):
                 cons[name] = by_name[name].connect(lakes[name], parquet_only=parquet_only)
         turns = [(name, cons, lat) for name in cons] + [(name, fresh_cons, fresh_lat) for name in fresh_cons]
         for name, into, lats in rotated(turns, i):
-            if name not in into:
-                continue
             try:
                 lats[name].append(timed(lambda: into[name].execute("INSERT INTO g VALUES (%d)" % i)))
             except Exception as e:  # noqa: BLE001
                 if into is cons:
                     drop(name, e)
                 else:
-                    skipped[name + "@young"] = "failed: %s" % str(e).splitlines()[0]
-                    into.pop(name).close()
-                    lats.pop(name)
+                    drop(name, e, fresh_cons, "@young")
+                    fresh_lat.pop(name)
     for con in fresh_cons.values():
         con.close()
     names = list(cons)
@@ -385,10 +383,11 @@ def growth_report(curves, after, scale):
             print("%-18s" % "  paired last" + "".join("%12.2f" % paired[b] for b in names))
         # The last window against a young lake's commits in the same minutes (run_growth).
         young = {b: after[kind][b].get("young_commits_ms") for b in names}
+        young_median = {b: statistics.median(young[b]) for b in names if young[b]}
         print("%-18s" % ("young %d same" % w) + "".join(
-            "%12s" % ("-" if not young[b] else "%.2f" % statistics.median(young[b])) for b in names))
+            "%12s" % ("%.2f" % young_median[b] if b in young_median else "-") for b in names))
         print("%-18s" % "last/young same" + "".join(
-            "%12s" % ("-" if not young[b] else "%.2f" % (last[b] / statistics.median(young[b]))) for b in names))
+            "%12s" % ("%.2f" % (last[b] / young_median[b]) if b in young_median else "-") for b in names))
         print("%-18s" % "  paired" + "".join(
             "%12s" % ("-" if not young[b] or len(young[b]) != w else "%.2f" % statistics.median(
                 g / y for g, y in zip(curves[kind][b][-w:], young[b]))) for b in names))
