@@ -43,6 +43,33 @@ def test_sessions_that_commit_nothing_leave_the_next_attach_as_cheap(tmp):
           % (max(early), max(late)))
 
 
+def test_sessions_that_only_read_collect_at_one_close_in_four(tmp):
+    """A session that only reads changes nothing in the store but the manifest its writer's open replaces. Its closing
+    collection was a third of its detach, to delete that one manifest; such a close now collects at one writer epoch
+    in four (src/store/turn.rs, `OpenedWriter::collects_at_close`). The manifests such sessions leave wait for the
+    next collecting close, so they come and go, a handful at most, however many sessions read the lake."""
+    harness.require_extension("moraine")
+    con = harness.connect()
+    con.execute(attach_sql(tmp))
+    con.execute("CREATE TABLE lake.t (x INTEGER)")
+    con.execute("INSERT INTO lake.t VALUES (1)")
+    con.execute("DETACH lake")
+    manifests = os.path.join(tmp, "catalog", "catalog", "manifest")
+    counts = []
+    for _ in range(40):
+        short_session(con, attach_sql(tmp))
+        counts.append(len([n for n in os.listdir(manifests) if n.endswith(".manifest")]))
+    con.execute(attach_sql(tmp))
+    assert con.execute("SELECT count(*) FROM lake.t").fetchall() == [(1,)]
+    con.close()
+    print("manifests after each of 40 sessions that only read: %s" % counts)
+    grew = sum(1 for a, b in zip(counts, counts[1:]) if b > a)
+    fell = sum(1 for a, b in zip(counts, counts[1:]) if b < a)
+    assert grew >= 20, counts
+    assert fell >= 8, counts
+    assert max(counts) <= 10, counts
+
+
 def test_every_detach_of_writing_sessions_finishes_its_final_merge(tmp):
     """A detach merges the store's tree into one sorted run once it holds three L0s or runs. The background compactor
     may have scheduled some of those L0s a moment before; the merge used to wait out its 3 s deadline on the job SlateDB

@@ -529,6 +529,7 @@ async fn open_writer(
         )
     });
     Ok(turn::OpenedWriter {
+        opened_manifest: db.manifest().id(),
         db,
         writes,
         compaction,

@@ -56,6 +56,10 @@ const ASK_LIFETIME_SECONDS: i64 = 3 * TURN_SECONDS as i64;
 /// before it moves the replay point past them (see `close`).
 const WAL_OBJECTS_LEFT_TO_REPLAY: u64 = 8;
 
+/// Of the closes of writers that changed nothing, how many make one
+/// collection ([`OpenedWriter::collects_at_close`]).
+const READ_ONLY_CLOSES_PER_COLLECTION: u64 = 4;
+
 /// How long a holder waits between looks at the ask object, by store: a
 /// read costs microseconds on a local store and money on S3. Recently
 /// active holders look often, so that a waiting writer gets the turn soon
@@ -91,6 +95,9 @@ pub type OpenWriter = Box<dyn Fn() -> BoxFuture<'static, Result<OpenedWriter>> +
 /// A SlateDB writer and what moraine runs beside it while it is open.
 pub struct OpenedWriter {
     pub db: Db,
+    /// The manifest's version once the writer was open: a close that finds
+    /// it unchanged knows the session flushed, merged and wrote nothing.
+    pub opened_manifest: u64,
     pub writes: Writes,
     pub compaction: Arc<Compaction>,
     pub collection: tokio::task::JoinHandle<()>,
@@ -98,6 +105,21 @@ pub struct OpenedWriter {
 }
 
 impl OpenedWriter {
+    /// Whether a closing writer collects the logs it made obsolete. One that
+    /// left the manifest as its open wrote it (a session that only read)
+    /// replaced nothing but the manifest before its own, a few hundred bytes;
+    /// its collection was a third of such a detach. It collects at one close
+    /// in [`READ_ONLY_CLOSES_PER_COLLECTION`], by writer epoch, which every
+    /// open advances, so a lake read by many short sessions keeps a handful
+    /// of old manifests, never more.
+    fn collects_at_close(&self) -> bool {
+        let manifest = self.db.manifest();
+        manifest.id() != self.opened_manifest
+            || manifest
+                .writer_epoch()
+                .is_multiple_of(READ_ONLY_CLOSES_PER_COLLECTION)
+    }
+
     /// Ends the garbage collection and the idle upkeep, which need no
     /// waiting for.
     fn abort_tasks(&self) {
@@ -648,6 +670,11 @@ impl WriterTurn {
             .and(flushed);
         if closed.is_ok() {
             self.retire_spent_fences(&held.writer.db).await;
+        }
+        // The collection waits for the writer's close: run beside it, it
+        // left the compacted SSTs of earlier merges in place (e2e
+        // `test_short_sessions_give_back_merged_ssts_and_fences`).
+        if closed.is_ok() && held.writer.collects_at_close() {
             super::upkeep::collect_history_at_close(
                 &self.root,
                 &self.object_store,
