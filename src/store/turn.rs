@@ -607,7 +607,10 @@ impl WriterTurn {
         }
         if let Some(held) = holding.take() {
             let closing = Instant::now();
-            if held.writer.close().await.is_ok() {
+            // Driven here, as a detach's close is: left to the write
+            // runtime's driver thread, the asker waited out `DRIVER_IDLE`
+            // after this process's last commit.
+            if held.writer.writes.run(held.writer.close()).await.is_ok() {
                 self.retire_spent_fences(&held.writer.db).await;
             }
             self.counters
