@@ -34,7 +34,7 @@ sqltest:
 e2e:
 	@$(CARGO) xtask e2e $(FILTER)
 
-SHIM := extension/*.cpp extension/*.hpp extension/include/moraine.h
+SHIM := extension/*.cpp extension/*.hpp
 # The pinned one from duckdb/requirements.txt (`make setup`), else whatever is on PATH.
 CLANG_FORMAT ?= $(if $(wildcard .venv/bin/clang-format),.venv/bin/clang-format,clang-format)
 

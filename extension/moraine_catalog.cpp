@@ -37,13 +37,13 @@ optional_ptr<MoraineSchemaEntry> MoraineCatalog::OpenSchema(const string &name, 
 	}
 	MoraineDb *schema_handle = nullptr;
 	char *err = nullptr;
-	auto code = moraine_open_schema(handle, name.c_str(), create, &schema_handle, &err);
-	if (code == MORAINE_NOT_FOUND) {
+	auto status = moraine_open_schema(handle, name.c_str(), create, &schema_handle, &err);
+	if (status == MORAINE_STATUS_NOT_FOUND) {
 		moraine_free_string(err);
 		return nullptr;
 	}
-	if (code != MORAINE_OK) {
-		ThrowMoraineError(code, err);
+	if (status != MORAINE_STATUS_OK) {
+		ThrowMoraineError(status, err);
 	}
 	CreateSchemaInfo info;
 	info.schema = name;

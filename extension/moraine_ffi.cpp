@@ -7,23 +7,23 @@
 
 namespace duckdb {
 
-void ThrowMoraineError(int32_t code, char *err) {
+void ThrowMoraineError(MoraineStatus status, char *err) {
 	string message = err ? string(err) : string("unknown moraine error");
 	moraine_free_string(err);
-	switch (code) {
-	case MORAINE_CONFLICT:
+	switch (status) {
+	case MORAINE_STATUS_CONFLICT:
 		throw TransactionException(message);
-	case MORAINE_NOT_FOUND:
+	case MORAINE_STATUS_NOT_FOUND:
 		throw CatalogException(message);
-	case MORAINE_CONSTRAINT:
+	case MORAINE_STATUS_CONSTRAINT:
 		throw ConstraintException(message);
-	case MORAINE_INVALID_ARGUMENT:
+	case MORAINE_STATUS_INVALID_ARGUMENT:
 		throw InvalidInputException(message);
-	case MORAINE_UNSUPPORTED:
+	case MORAINE_STATUS_UNSUPPORTED:
 		throw NotImplementedException(message);
-	case MORAINE_CORRUPTION:
-	case MORAINE_STORE:
-	case MORAINE_FENCED:
+	case MORAINE_STATUS_CORRUPTION:
+	case MORAINE_STATUS_STORE:
+	case MORAINE_STATUS_FENCED:
 		throw IOException(message);
 	default:
 		// Not InternalException: that would invalidate the whole database.
@@ -32,12 +32,12 @@ void ThrowMoraineError(int32_t code, char *err) {
 }
 
 void MoraineCellBuffer::Reserve(idx_t rows, idx_t stride) {
-	cells.assign(rows * stride, MoraineCell {MORAINE_CELL_NULL, 0, nullptr, 0});
+	cells.assign(rows * stride, MoraineCell {MORAINE_CELL_KIND_NULL, 0, nullptr, 0});
 	owned.clear();
 	owned.reserve(rows * stride);
 }
 
-void MoraineCellBuffer::SetColumn(Vector &vector, idx_t count, idx_t column, idx_t stride, uint8_t transfer) {
+void MoraineCellBuffer::SetColumn(Vector &vector, idx_t count, idx_t column, idx_t stride, MoraineTransfer transfer) {
 	for (idx_t row = 0; row < count; row++) {
 		auto &cell = cells[row * stride + column];
 		auto value = vector.GetValue(row);
@@ -46,21 +46,21 @@ void MoraineCellBuffer::SetColumn(Vector &vector, idx_t count, idx_t column, idx
 		}
 		switch (transfer) {
 		case MORAINE_TRANSFER_INT64:
-			cell.kind = MORAINE_CELL_INT;
+			cell.kind = MORAINE_CELL_KIND_INT;
 			cell.int_value = value.DefaultCastAs(LogicalType::BIGINT).GetValue<int64_t>();
 			break;
-		case MORAINE_TRANSFER_TIMESTAMPTZ:
-			cell.kind = MORAINE_CELL_INT;
+		case MORAINE_TRANSFER_TIMESTAMP_TZ:
+			cell.kind = MORAINE_CELL_KIND_INT;
 			cell.int_value = value.DefaultCastAs(LogicalType::TIMESTAMP_TZ).GetValue<timestamp_tz_t>().value;
 			break;
 		case MORAINE_TRANSFER_BOOL:
-			cell.kind = MORAINE_CELL_BOOL;
+			cell.kind = MORAINE_CELL_KIND_BOOL;
 			cell.int_value = value.DefaultCastAs(LogicalType::BOOLEAN).GetValue<bool>() ? 1 : 0;
 			break;
 		case MORAINE_TRANSFER_TEXT:
 		case MORAINE_TRANSFER_UUID:
 			owned.push_back(value.ToString());
-			cell.kind = MORAINE_CELL_TEXT;
+			cell.kind = MORAINE_CELL_KIND_TEXT;
 			cell.ptr = owned.back().data();
 			cell.len = owned.back().size();
 			break;
@@ -68,7 +68,7 @@ void MoraineCellBuffer::SetColumn(Vector &vector, idx_t count, idx_t column, idx
 			MemoryStream stream;
 			BinarySerializer::Serialize(value, stream);
 			owned.emplace_back(const_char_ptr_cast(stream.GetData()), stream.GetPosition());
-			cell.kind = MORAINE_CELL_BLOB;
+			cell.kind = MORAINE_CELL_KIND_BLOB;
 			cell.ptr = owned.back().data();
 			cell.len = owned.back().size();
 			break;
@@ -86,13 +86,13 @@ static Value DeserializeValue(const char *ptr, size_t len) {
 	return value;
 }
 
-void FillVector(MoraineScan *scan, idx_t column, uint8_t transfer, idx_t offset, idx_t count, Vector &out) {
+void FillVector(MoraineScan *scan, idx_t column, MoraineTransfer transfer, idx_t offset, idx_t count, Vector &out) {
 	D_ASSERT(count <= STANDARD_VECTOR_SIZE);
 	uint8_t valid[STANDARD_VECTOR_SIZE];
 	int64_t ints[STANDARD_VECTOR_SIZE];
 	const char *ptrs[STANDARD_VECTOR_SIZE];
 	size_t lens[STANDARD_VECTOR_SIZE];
-	bool integral = transfer == MORAINE_TRANSFER_INT64 || transfer == MORAINE_TRANSFER_TIMESTAMPTZ ||
+	bool integral = transfer == MORAINE_TRANSFER_INT64 || transfer == MORAINE_TRANSFER_TIMESTAMP_TZ ||
 	                transfer == MORAINE_TRANSFER_BOOL;
 	// BIGINT and TIMESTAMP WITH TIME ZONE are 64-bit integers in DuckDB's vectors: filled in place.
 	int64_t *int_target = integral && transfer != MORAINE_TRANSFER_BOOL ? FlatVector::GetData<int64_t>(out) : ints;
@@ -115,7 +115,7 @@ void FillVector(MoraineScan *scan, idx_t column, uint8_t transfer, idx_t offset,
 		}
 		switch (transfer) {
 		case MORAINE_TRANSFER_INT64:
-		case MORAINE_TRANSFER_TIMESTAMPTZ:
+		case MORAINE_TRANSFER_TIMESTAMP_TZ:
 			break;
 		case MORAINE_TRANSFER_BOOL:
 			FlatVector::GetData<bool>(out)[i] = ints[i] != 0;

@@ -9,24 +9,17 @@
 namespace duckdb {
 
 //! Throws the DuckDB exception matching a moraine status code, freeing `err`.
-[[noreturn]] void ThrowMoraineError(int32_t code, char *err);
+[[noreturn]] void ThrowMoraineError(MoraineStatus status, char *err);
 
 //! Runs one fallible ABI call and throws on failure.
 template <class F>
 void MoraineCall(F &&call) {
 	char *err = nullptr;
-	auto code = call(&err);
-	if (code != MORAINE_OK) {
-		ThrowMoraineError(code, err);
+	MoraineStatus status = call(&err);
+	if (status != MORAINE_STATUS_OK) {
+		ThrowMoraineError(status, err);
 	}
 }
-
-//! A moraine column as the shim binds it.
-struct MoraineColumn {
-	string name;
-	LogicalType type;
-	uint8_t transfer;
-};
 
 //! Cells for one batch of rows, plus the buffers their text and bytes point into.
 class MoraineCellBuffer {
@@ -34,7 +27,7 @@ public:
 	//! Appends `count` cells of `vector` converted by `transfer`, row-major
 	//! positions `row * stride + column`.
 	void Reserve(idx_t rows, idx_t stride);
-	void SetColumn(Vector &vector, idx_t count, idx_t column, idx_t stride, uint8_t transfer);
+	void SetColumn(Vector &vector, idx_t count, idx_t column, idx_t stride, MoraineTransfer transfer);
 	const MoraineCell *Data() const {
 		return cells.data();
 	}
@@ -45,6 +38,6 @@ private:
 };
 
 //! Writes rows [offset, offset + count) of a scan's column into `out`.
-void FillVector(MoraineScan *scan, idx_t column, uint8_t transfer, idx_t offset, idx_t count, Vector &out);
+void FillVector(MoraineScan *scan, idx_t column, MoraineTransfer transfer, idx_t offset, idx_t count, Vector &out);
 
 } // namespace duckdb

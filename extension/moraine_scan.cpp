@@ -181,7 +181,7 @@ static unique_ptr<GlobalTableFunctionState> MoraineScanInit(ClientContext &conte
 	state->column_ids = input.column_ids;
 	state->filters = input.filters;
 	auto bounds = Bounds(bind.table, state->column_ids, input.filters);
-	state->scan = txn.Scan(bind.table.schema.Cast<MoraineSchemaEntry>(), bind.table.name, bounds);
+	state->scan = txn.Scan(bind.table, bounds);
 	state->row_count = moraine_scan_row_count(state->scan);
 	return std::move(state);
 }
@@ -245,7 +245,7 @@ static unique_ptr<NodeStatistics> MoraineScanCardinality(ClientContext &context,
 	auto &bind = bind_data->Cast<MoraineScanBindData>();
 	try {
 		auto &txn = MoraineTransaction::Get(context, bind.table.catalog);
-		auto rows = txn.RowCount(bind.table.schema.Cast<MoraineSchemaEntry>(), bind.table.name);
+		auto rows = txn.RowCount(bind.table);
 		return make_uniq<NodeStatistics>(rows, rows);
 	} catch (std::exception &) {
 		// No estimate: the scan itself reports what went wrong.
@@ -263,7 +263,7 @@ static unique_ptr<BaseStatistics> IntColumnStatistics(ClientContext &context, Mo
 		return nullptr;
 	}
 	auto &txn = MoraineTransaction::Get(context, table.catalog);
-	auto counted = txn.IntStats(table.schema.Cast<MoraineSchemaEntry>(), table.name, column);
+	auto counted = txn.IntStats(table, column);
 	if (!counted.exact) {
 		return nullptr;
 	}
@@ -319,7 +319,7 @@ static vector<PartitionStatistics> MoraineScanPartitionStats(ClientContext &cont
 	}
 	auto &table = input.bind_data->Cast<MoraineScanBindData>().table;
 	auto &txn = MoraineTransaction::Get(context, table.catalog);
-	auto rows = txn.RowCount(table.schema.Cast<MoraineSchemaEntry>(), table.name);
+	auto rows = txn.RowCount(table);
 	if (rows == 0) {
 		return partitions;
 	}

@@ -6,8 +6,8 @@
 namespace duckdb {
 
 MoraineTableEntry::MoraineTableEntry(Catalog &catalog, SchemaCatalogEntry &schema, CreateTableInfo &info,
-                                     vector<uint8_t> transfers_p)
-    : TableCatalogEntry(catalog, schema, info), transfers(std::move(transfers_p)) {
+                                     MoraineTableDesc *handle_p, vector<MoraineTransfer> transfers_p)
+    : TableCatalogEntry(catalog, schema, info), transfers(std::move(transfers_p)), handle(handle_p) {
 }
 
 unique_ptr<BaseStatistics> MoraineTableEntry::GetStatistics(ClientContext &context, column_t column_id) {

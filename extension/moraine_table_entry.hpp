@@ -1,5 +1,6 @@
 // A DuckLake metadata table (fixed or inlined) as DuckDB binds it. Scans read
-// the materialization the Rust core pins for the transaction.
+// the materialization the Rust core pins for the transaction; scans and writes
+// name the table by the handle its lookup returned.
 #pragma once
 
 #include "duckdb/catalog/catalog_entry/table_catalog_entry.hpp"
@@ -9,14 +10,28 @@ namespace duckdb {
 
 class MoraineTableEntry : public TableCatalogEntry {
 public:
-	MoraineTableEntry(Catalog &catalog, SchemaCatalogEntry &schema, CreateTableInfo &info, vector<uint8_t> transfers);
+	//! Takes ownership of `handle`.
+	MoraineTableEntry(Catalog &catalog, SchemaCatalogEntry &schema, CreateTableInfo &info, MoraineTableDesc *handle,
+	                  vector<MoraineTransfer> transfers);
 
 	//! How each column's cells cross the ABI.
-	vector<uint8_t> transfers;
+	vector<MoraineTransfer> transfers;
+
+	const MoraineTableDesc *Handle() const {
+		return handle.get();
+	}
 
 	unique_ptr<BaseStatistics> GetStatistics(ClientContext &context, column_t column_id) override;
 	TableFunction GetScanFunction(ClientContext &context, unique_ptr<FunctionData> &bind_data) override;
 	TableStorageInfo GetStorageInfo(ClientContext &context) override;
+
+private:
+	struct FreeHandle {
+		void operator()(MoraineTableDesc *desc) const {
+			moraine_table_desc_free(desc);
+		}
+	};
+	unique_ptr<MoraineTableDesc, FreeHandle> handle;
 };
 
 } // namespace duckdb

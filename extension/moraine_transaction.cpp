@@ -60,13 +60,16 @@ MoraineTableEntry *MoraineTransaction::GetTable(ClientContext &context, MoraineS
 		return nullptr;
 	}
 	CreateTableInfo info(schema, moraine_table_desc_name(desc));
-	vector<uint8_t> transfers;
+	vector<MoraineTransfer> transfers;
 	auto count = moraine_table_desc_column_count(desc);
 	for (idx_t i = 0; i < count; i++) {
 		const char *col_name = nullptr;
 		const char *col_type = nullptr;
-		uint8_t transfer = 0;
-		moraine_table_desc_column(desc, i, &col_name, &col_type, &transfer);
+		MoraineTransfer transfer = MORAINE_TRANSFER_VALUE;
+		if (!moraine_table_desc_column(desc, i, &col_name, &col_type, &transfer)) {
+			moraine_table_desc_free(desc);
+			throw InternalException("moraine: table %s has no column %llu", name, (unsigned long long)i);
+		}
 		LogicalType type;
 		try {
 			type = catalog.ColumnType(col_type, context);
@@ -77,8 +80,7 @@ MoraineTableEntry *MoraineTransaction::GetTable(ClientContext &context, MoraineS
 		info.columns.AddColumn(ColumnDefinition(col_name, std::move(type)));
 		transfers.push_back(transfer);
 	}
-	moraine_table_desc_free(desc);
-	auto entry = make_uniq<MoraineTableEntry>(catalog, schema, info, std::move(transfers));
+	auto entry = make_uniq<MoraineTableEntry>(catalog, schema, info, desc, std::move(transfers));
 	auto result = entry.get();
 	entries[EntryKey(schema, name)] = std::move(entry);
 	return result;
@@ -128,46 +130,48 @@ void MoraineTransaction::DropTable(MoraineSchemaEntry &schema, const string &nam
 	}
 }
 
-MoraineScan *MoraineTransaction::Scan(MoraineSchemaEntry &schema, const string &name,
-                                      const vector<MoraineScanBound> &bounds) {
-	auto txn = TxnFor(schema);
+MoraineTxn *MoraineTransaction::TxnFor(MoraineTableEntry &table) {
+	return TxnFor(table.schema.Cast<MoraineSchemaEntry>());
+}
+
+MoraineScan *MoraineTransaction::Scan(MoraineTableEntry &table, const vector<MoraineScanBound> &bounds) {
+	auto txn = TxnFor(table);
 	MoraineScan *scan = nullptr;
 	MoraineCall(
-	    [&](char **err) { return moraine_txn_scan(txn, name.c_str(), bounds.data(), bounds.size(), &scan, err); });
+	    [&](char **err) { return moraine_txn_scan(txn, table.Handle(), bounds.data(), bounds.size(), &scan, err); });
 	return scan;
 }
 
-idx_t MoraineTransaction::RowCount(MoraineSchemaEntry &schema, const string &name) {
-	auto txn = TxnFor(schema);
+idx_t MoraineTransaction::RowCount(MoraineTableEntry &table) {
+	auto txn = TxnFor(table);
 	uint64_t count = 0;
-	MoraineCall([&](char **err) { return moraine_txn_row_count(txn, name.c_str(), &count, err); });
+	MoraineCall([&](char **err) { return moraine_txn_row_count(txn, table.Handle(), &count, err); });
 	return count;
 }
 
-MoraineIntStats MoraineTransaction::IntStats(MoraineSchemaEntry &schema, const string &name, idx_t column) {
-	auto txn = TxnFor(schema);
+MoraineIntStats MoraineTransaction::IntStats(MoraineTableEntry &table, idx_t column) {
+	auto txn = TxnFor(table);
 	MoraineIntStats stats {};
-	MoraineCall([&](char **err) { return moraine_txn_int_stats(txn, name.c_str(), column, &stats, err); });
+	MoraineCall([&](char **err) { return moraine_txn_int_stats(txn, table.Handle(), column, &stats, err); });
 	return stats;
 }
 
-void MoraineTransaction::Insert(MoraineSchemaEntry &schema, const string &name, idx_t rows, idx_t columns,
+void MoraineTransaction::Insert(MoraineTableEntry &table, idx_t rows, idx_t columns, const MoraineCell *cells) {
+	auto txn = TxnFor(table);
+	MoraineCall([&](char **err) { return moraine_txn_insert(txn, table.Handle(), rows, columns, cells, err); });
+}
+
+void MoraineTransaction::Delete(MoraineTableEntry &table, const vector<int64_t> &rowids) {
+	auto txn = TxnFor(table);
+	MoraineCall([&](char **err) { return moraine_txn_delete(txn, table.Handle(), rowids.size(), rowids.data(), err); });
+}
+
+void MoraineTransaction::Update(MoraineTableEntry &table, const vector<int64_t> &rowids, const vector<idx_t> &columns,
                                 const MoraineCell *cells) {
-	auto txn = TxnFor(schema);
-	MoraineCall([&](char **err) { return moraine_txn_insert(txn, name.c_str(), rows, columns, cells, err); });
-}
-
-void MoraineTransaction::Delete(MoraineSchemaEntry &schema, const string &name, const vector<int64_t> &rowids) {
-	auto txn = TxnFor(schema);
-	MoraineCall([&](char **err) { return moraine_txn_delete(txn, name.c_str(), rowids.size(), rowids.data(), err); });
-}
-
-void MoraineTransaction::Update(MoraineSchemaEntry &schema, const string &name, const vector<int64_t> &rowids,
-                                const vector<idx_t> &columns, const MoraineCell *cells) {
-	auto txn = TxnFor(schema);
+	auto txn = TxnFor(table);
 	vector<size_t> cols(columns.begin(), columns.end());
 	MoraineCall([&](char **err) {
-		return moraine_txn_update(txn, name.c_str(), rowids.size(), rowids.data(), cols.size(), cols.data(), cells,
+		return moraine_txn_update(txn, table.Handle(), rowids.size(), rowids.data(), cols.size(), cols.data(), cells,
 		                          err);
 	});
 }

@@ -24,19 +24,20 @@ public:
 	                 const vector<string> &types, bool if_not_exists);
 	void DropTable(MoraineSchemaEntry &schema, const string &name, bool if_exists);
 	//! Materializes a table for one scan, which may leave out rows outside `bounds`; the caller frees the result.
-	MoraineScan *Scan(MoraineSchemaEntry &schema, const string &name, const vector<MoraineScanBound> &bounds);
+	MoraineScan *Scan(MoraineTableEntry &table, const vector<MoraineScanBound> &bounds);
 	//! How many rows a scan of the table would see now, before filters.
-	idx_t RowCount(MoraineSchemaEntry &schema, const string &name);
+	idx_t RowCount(MoraineTableEntry &table);
 	//! The exact statistics of integer column `column` as a scan of the table would see it now.
-	MoraineIntStats IntStats(MoraineSchemaEntry &schema, const string &name, idx_t column);
-	void Insert(MoraineSchemaEntry &schema, const string &name, idx_t rows, idx_t columns, const MoraineCell *cells);
-	void Delete(MoraineSchemaEntry &schema, const string &name, const vector<int64_t> &rowids);
-	void Update(MoraineSchemaEntry &schema, const string &name, const vector<int64_t> &rowids,
-	            const vector<idx_t> &columns, const MoraineCell *cells);
+	MoraineIntStats IntStats(MoraineTableEntry &table, idx_t column);
+	void Insert(MoraineTableEntry &table, idx_t rows, idx_t columns, const MoraineCell *cells);
+	void Delete(MoraineTableEntry &table, const vector<int64_t> &rowids);
+	void Update(MoraineTableEntry &table, const vector<int64_t> &rowids, const vector<idx_t> &columns,
+	            const MoraineCell *cells);
 
 private:
 	//! The Rust transaction on the store behind `schema`, begun at first use.
 	MoraineTxn *TxnFor(MoraineSchemaEntry &schema);
+	MoraineTxn *TxnFor(MoraineTableEntry &table);
 
 	MoraineCatalog &catalog;
 	//! One Rust transaction per schema store this transaction touched.

@@ -56,11 +56,11 @@ SinkResultType MoraineWrite::Sink(ExecutionContext &context, DataChunk &chunk, O
 		for (idx_t c = 0; c < width; c++) {
 			cells.SetColumn(chunk.data[c], count, c, width, table.transfers[c]);
 		}
-		txn.Insert(table.schema.Cast<MoraineSchemaEntry>(), table.name, count, width, cells.Data());
+		txn.Insert(table, count, width, cells.Data());
 		break;
 	}
 	case MoraineWriteKind::DELETE:
-		txn.Delete(table.schema.Cast<MoraineSchemaEntry>(), table.name, RowIds(chunk.data[rowid_index], count));
+		txn.Delete(table, RowIds(chunk.data[rowid_index], count));
 		break;
 	case MoraineWriteKind::UPDATE: {
 		DataChunk values;
@@ -79,8 +79,7 @@ SinkResultType MoraineWrite::Sink(ExecutionContext &context, DataChunk &chunk, O
 		for (idx_t c = 0; c < width; c++) {
 			cells.SetColumn(values.data[c], count, c, width, table.transfers[columns[c]]);
 		}
-		txn.Update(table.schema.Cast<MoraineSchemaEntry>(), table.name, RowIds(chunk.data[rowid_index], count), columns,
-		           cells.Data());
+		txn.Update(table, RowIds(chunk.data[rowid_index], count), columns, cells.Data());
 		break;
 	}
 	}

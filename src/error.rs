@@ -49,19 +49,36 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// What a fallible call of the C ABI returns: `Ok`, or the kind of the
+/// error whose message it wrote. The shim maps each to a DuckDB exception.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum Status {
+    Ok = 0,
+    Conflict = 1,
+    NotFound = 2,
+    Constraint = 3,
+    InvalidArgument = 4,
+    Corruption = 5,
+    Store = 6,
+    Fenced = 7,
+    Unsupported = 8,
+    Internal = 9,
+}
+
 impl Error {
-    /// The status code this error crosses the C ABI with.
-    pub fn code(&self) -> i32 {
+    /// The status this error crosses the C ABI with.
+    pub fn status(&self) -> Status {
         match self {
-            Error::Conflict(_) => 1,
-            Error::NotFound(_) => 2,
-            Error::Constraint(_) => 3,
-            Error::InvalidArgument(_) => 4,
-            Error::Corruption(_) => 5,
-            Error::Store(_) => 6,
-            Error::Fenced => 7,
-            Error::Unsupported(_) => 8,
-            Error::Internal(_) => 9,
+            Error::Conflict(_) => Status::Conflict,
+            Error::NotFound(_) => Status::NotFound,
+            Error::Constraint(_) => Status::Constraint,
+            Error::InvalidArgument(_) => Status::InvalidArgument,
+            Error::Corruption(_) => Status::Corruption,
+            Error::Store(_) => Status::Store,
+            Error::Fenced => Status::Fenced,
+            Error::Unsupported(_) => Status::Unsupported,
+            Error::Internal(_) => Status::Internal,
         }
     }
 

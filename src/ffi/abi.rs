@@ -6,8 +6,8 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use super::bridge::block_on;
-use crate::catalog::{self, Cell, Row, Rows, TableRef};
-use crate::error::{panic_text, Error, Result};
+use crate::catalog::{self, Cell, Row, Rows, TableRef, Transfer};
+use crate::error::{panic_text, Error, Result, Status};
 use crate::staged::pushdown::IntBound;
 use crate::staged::{AttachShared, Scan, StagedTransaction, TableInfo};
 use crate::store::value::CellRef;
@@ -31,6 +31,7 @@ pub struct Attached {
     shared: Arc<AttachShared>,
 }
 
+/// An attach of one store: the handle the shim's catalog and schemas hold.
 pub struct MoraineDb {
     attached: Arc<Attached>,
 }
@@ -54,25 +55,29 @@ fn lock_open_stores() -> Result<std::sync::MutexGuard<'static, HashMap<String, W
         .map_err(|_| Error::Internal("the open-store registry was poisoned by a panic".into()))
 }
 
+/// One DuckDB transaction's staged reads and writes on one store.
 pub struct MoraineTxn {
     staged: Mutex<StagedTransaction>,
 }
 
+/// A table as the shim binds it, and the handle its scans and writes name it
+/// by: the table is resolved once, at lookup, not from its name per call.
 pub struct MoraineTableDesc {
+    table: TableRef,
     name: CString,
-    columns: Vec<(CString, CString, u8)>,
+    columns: Vec<(CString, CString, Transfer)>,
 }
 
+/// A list of strings handed to the shim: table names, audit and stats rows.
 pub struct MoraineStrings {
     items: Vec<CString>,
 }
 
+/// The rows one scan emits, lent to the shim until it frees the scan.
 pub struct MoraineScan {
     scan: Scan,
 }
 
-/// A bound a scan may leave rows out by (`staged::pushdown`): the cell in
-/// `column` must be an integer in `low..=high`.
 /// What one integer column holds, for DuckDB's optimizer
 /// ([`crate::catalog::rows::IntStats`]); `min` and `max` are meaningful only when
 /// `rows > nulls`.
@@ -100,6 +105,9 @@ impl From<Option<crate::catalog::rows::IntStats>> for MoraineIntStats {
     }
 }
 
+/// A filter DuckDB pushed into a scan, as a bound (`staged::pushdown`): rows
+/// whose cell in `column` is not an integer in `low..=high` may be left out.
+/// The shim still applies DuckDB's filters to the rows it emits.
 #[repr(C)]
 pub struct MoraineScanBound {
     pub column: usize,
@@ -107,8 +115,37 @@ pub struct MoraineScanBound {
     pub high: i64,
 }
 
-/// One cell crossing the ABI. `kind`: 0 NULL, 1 integer, 2 boolean
-/// (`int_value` 0/1), 3 text, 4 opaque bytes (`ptr`/`len`).
+/// What a [`MoraineCell`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CellKind {
+    Null = 0,
+    /// `int_value`
+    Int = 1,
+    /// `int_value`, 0 or 1
+    Bool = 2,
+    /// UTF-8 at `ptr`/`len`
+    Text = 3,
+    /// Opaque bytes at `ptr`/`len`: a DuckDB value the shim serialized.
+    Blob = 4,
+}
+
+impl CellKind {
+    const ALL: [CellKind; 5] = [
+        CellKind::Null,
+        CellKind::Int,
+        CellKind::Bool,
+        CellKind::Text,
+        CellKind::Blob,
+    ];
+
+    fn from_raw(raw: u8) -> Option<CellKind> {
+        Self::ALL.into_iter().find(|kind| *kind as u8 == raw)
+    }
+}
+
+/// One cell crossing the ABI from the shim. `kind` is a [`CellKind`]; it is a
+/// byte, not the enum, because the shim writes it and Rust checks it.
 #[repr(C)]
 pub struct MoraineCell {
     pub kind: u8,
@@ -116,12 +153,6 @@ pub struct MoraineCell {
     pub ptr: *const c_char,
     pub len: usize,
 }
-
-pub const CELL_NULL: u8 = 0;
-pub const CELL_INT: u8 = 1;
-pub const CELL_BOOL: u8 = 2;
-pub const CELL_TEXT: u8 = 3;
-pub const CELL_BLOB: u8 = 4;
 
 /// How long a closing attach may spend taking the head image.
 const IMAGE_AT_CLOSE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -142,20 +173,20 @@ static COLUMN_STATS_SERVED: AtomicU64 = AtomicU64::new(0);
 
 /// Runs `body`, turning errors and panics into a status code and a message,
 /// and counts its time in [`CALL_MICROS`].
-fn guarded(err_out: *mut *mut c_char, body: impl FnOnce() -> Result<()>) -> i32 {
+fn guarded(err_out: *mut *mut c_char, body: impl FnOnce() -> Result<()>) -> Status {
     let started = std::time::Instant::now();
     let result = catch_unwind(AssertUnwindSafe(body))
         .unwrap_or_else(|panic| Err(Error::Internal(panic_text(&*panic))));
     CALL_MICROS.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
     match result {
-        Ok(()) => 0,
+        Ok(()) => Status::Ok,
         Err(e) => {
             if !err_out.is_null() {
                 let text = CString::new(e.message().replace('\0', " ")).unwrap_or_default();
                 // SAFETY: the caller passes a valid out-pointer or null.
                 unsafe { *err_out = text.into_raw() };
             }
-            e.code()
+            e.status()
         }
     }
 }
@@ -217,58 +248,64 @@ fn on_staged<R>(
     block_on(op(&mut staged))?
 }
 
-/// The rows a scan of table `name` would see now; the transaction keeps them
-/// for the scan.
-fn visible_rows(txn: *mut MoraineTxn, name: *const c_char) -> Result<Arc<Rows>> {
-    let table = table_ref(text(name, "table name")?)?;
+/// The rows a scan of `table` would see now; the transaction keeps them for
+/// the scan.
+fn visible_rows(txn: *mut MoraineTxn, table: *const MoraineTableDesc) -> Result<Arc<Rows>> {
+    let table = table_of(table)?;
     on_staged(txn, async |s| s.visible_rows(table).await)
 }
 
-fn table_ref(name: &str) -> Result<TableRef> {
-    TableRef::parse(name)
-        .ok_or_else(|| Error::NotFound(format!("table {name} is not a DuckLake metadata table")))
+/// The table a handle from [`moraine_txn_lookup`] names.
+fn table_of(desc: *const MoraineTableDesc) -> Result<TableRef> {
+    handle(desc.cast_mut(), "table").map(|desc| desc.table)
 }
 
-fn cells(ptr: *const MoraineCell, count: usize) -> Result<Vec<Cell>> {
-    if count == 0 {
-        return Ok(Vec::new());
+/// `row_count` rows of `column_count` cells each, row-major: every cell is
+/// copied once, straight into the row it belongs to.
+fn rows(ptr: *const MoraineCell, row_count: usize, column_count: usize) -> Result<Vec<Row>> {
+    if column_count == 0 {
+        return Ok(vec![Vec::new(); row_count]);
     }
-    if ptr.is_null() {
-        return Err(Error::Internal("null cell array".into()));
-    }
-    // SAFETY: the shim passes `count` initialised cells.
-    let raw = unsafe { std::slice::from_raw_parts(ptr, count) };
-    raw.iter()
-        .map(|c| {
-            let bytes = || -> &[u8] {
-                if c.ptr.is_null() || c.len == 0 {
-                    &[]
-                } else {
-                    // SAFETY: ptr/len describe a live buffer for the call.
-                    unsafe { std::slice::from_raw_parts(c.ptr.cast::<u8>(), c.len) }
-                }
-            };
-            Ok(match c.kind {
-                CELL_NULL => Cell::Null,
-                CELL_INT => Cell::Int(c.int_value),
-                CELL_BOOL => Cell::Bool(c.int_value != 0),
-                CELL_TEXT => Cell::Text(
-                    String::from_utf8(bytes().to_vec())
-                        .map_err(|_| Error::InvalidArgument("text is not UTF-8".into()))?,
-                ),
-                CELL_BLOB => Cell::Blob(bytes().to_vec()),
-                k => return Err(Error::Internal(format!("unknown cell kind {k}"))),
-            })
-        })
+    let count = row_count
+        .checked_mul(column_count)
+        .ok_or_else(|| Error::Internal(format!("{row_count} rows of {column_count} cells")))?;
+    slice(ptr, count)?
+        .chunks(column_count)
+        .map(|row| row.iter().map(cell).collect())
         .collect()
 }
 
+fn cell(c: &MoraineCell) -> Result<Cell> {
+    let bytes = || -> &[u8] {
+        if c.ptr.is_null() || c.len == 0 {
+            &[]
+        } else {
+            // SAFETY: ptr/len describe a live buffer for the call.
+            unsafe { std::slice::from_raw_parts(c.ptr.cast::<u8>(), c.len) }
+        }
+    };
+    let kind = CellKind::from_raw(c.kind)
+        .ok_or_else(|| Error::Internal(format!("unknown cell kind {}", c.kind)))?;
+    Ok(match kind {
+        CellKind::Null => Cell::Null,
+        CellKind::Int => Cell::Int(c.int_value),
+        CellKind::Bool => Cell::Bool(c.int_value != 0),
+        CellKind::Text => Cell::Text(
+            String::from_utf8(bytes().to_vec())
+                .map_err(|_| Error::InvalidArgument("text is not UTF-8".into()))?,
+        ),
+        CellKind::Blob => Cell::Blob(bytes().to_vec()),
+    })
+}
+
+/// The crate version, NUL-terminated and static.
 #[no_mangle]
 pub extern "C" fn moraine_version() -> *const c_char {
     static VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
     VERSION.as_ptr().cast()
 }
 
+/// Frees an error message or other string this library handed out.
 #[no_mangle]
 pub extern "C" fn moraine_free_string(s: *mut c_char) {
     if !s.is_null() {
@@ -288,7 +325,7 @@ pub extern "C" fn moraine_open(
     read_only: bool,
     db_out: *mut *mut MoraineDb,
     err: *mut *mut c_char,
-) -> i32 {
+) -> Status {
     guarded(err, || {
         let uri = StoreUri::parse(text(uri, "store URI")?)?;
         let mut settings = StoreSettings {
@@ -335,7 +372,7 @@ pub extern "C" fn moraine_open_schema(
     create: bool,
     db_out: *mut *mut MoraineDb,
     err: *mut *mut c_char,
-) -> i32 {
+) -> Status {
     guarded(err, || {
         let base = handle(db, "database")?;
         let name = text(name, "schema name")?;
@@ -354,6 +391,8 @@ pub extern "C" fn moraine_open_schema(
     })
 }
 
+/// Closes an attach. The last attach of a location in this process finishes
+/// its purge, leaves the head image and closes the store.
 #[no_mangle]
 pub extern "C" fn moraine_close(db: *mut MoraineDb) {
     if db.is_null() {
@@ -391,6 +430,7 @@ pub extern "C" fn moraine_close(db: *mut MoraineDb) {
     }));
 }
 
+/// Whether the store was opened `READ_ONLY`.
 #[no_mangle]
 pub extern "C" fn moraine_db_is_read_only(db: *mut MoraineDb) -> bool {
     handle(db, "database")
@@ -398,12 +438,13 @@ pub extern "C" fn moraine_db_is_read_only(db: *mut MoraineDb) -> bool {
         .unwrap_or(true)
 }
 
+/// Begins a transaction on `db`, reading the committed head.
 #[no_mangle]
 pub extern "C" fn moraine_txn_begin(
     db: *mut MoraineDb,
     txn_out: *mut *mut MoraineTxn,
     err: *mut *mut c_char,
-) -> i32 {
+) -> Status {
     guarded(err, || {
         let db = handle(db, "database")?;
         out(
@@ -420,7 +461,7 @@ pub extern "C" fn moraine_txn_begin(
 
 /// Commits the transaction's staged operations as one durable batch.
 #[no_mangle]
-pub extern "C" fn moraine_txn_commit(txn: *mut MoraineTxn, err: *mut *mut c_char) -> i32 {
+pub extern "C" fn moraine_txn_commit(txn: *mut MoraineTxn, err: *mut *mut c_char) -> Status {
     guarded(err, || {
         on_staged(txn, async |s| {
             let expires = s.expires_snapshots();
@@ -444,11 +485,12 @@ fn describe(info: TableInfo) -> Result<MoraineTableDesc> {
         CString::new(s).map_err(|_| Error::InvalidArgument(format!("name {s:?} contains NUL")))
     };
     Ok(MoraineTableDesc {
+        table: info.table,
         name: c(&info.table.name())?,
         columns: info
             .columns
             .iter()
-            .map(|col| Ok((c(&col.name)?, c(&col.type_name)?, col.transfer as u8)))
+            .map(|col| Ok((c(&col.name)?, c(&col.type_name)?, col.transfer)))
             .collect::<Result<_>>()?,
     })
 }
@@ -460,7 +502,7 @@ pub extern "C" fn moraine_txn_lookup(
     name: *const c_char,
     desc_out: *mut *mut MoraineTableDesc,
     err: *mut *mut c_char,
-) -> i32 {
+) -> Status {
     guarded(err, || {
         let name = text(name, "table name")?;
         let info = on_staged(txn, async |s| s.lookup(name).await)?;
@@ -477,6 +519,7 @@ pub extern "C" fn moraine_txn_lookup(
     })
 }
 
+/// The table's name, valid until the handle is freed.
 #[no_mangle]
 pub extern "C" fn moraine_table_desc_name(desc: *mut MoraineTableDesc) -> *const c_char {
     handle(desc, "table")
@@ -484,6 +527,7 @@ pub extern "C" fn moraine_table_desc_name(desc: *mut MoraineTableDesc) -> *const
         .unwrap_or(std::ptr::null())
 }
 
+/// How many columns the table has.
 #[no_mangle]
 pub extern "C" fn moraine_table_desc_column_count(desc: *mut MoraineTableDesc) -> usize {
     handle(desc, "table").map(|d| d.columns.len()).unwrap_or(0)
@@ -496,7 +540,7 @@ pub extern "C" fn moraine_table_desc_column(
     i: usize,
     name_out: *mut *const c_char,
     type_out: *mut *const c_char,
-    transfer_out: *mut u8,
+    transfer_out: *mut Transfer,
 ) -> bool {
     let Ok(desc) = handle(desc, "table") else {
         return false;
@@ -516,17 +560,19 @@ pub extern "C" fn moraine_table_desc_column(
     true
 }
 
+/// Frees a table handle; no scan or write may name it afterwards.
 #[no_mangle]
 pub extern "C" fn moraine_table_desc_free(desc: *mut MoraineTableDesc) {
     free(desc)
 }
 
+/// The names of the tables the transaction sees.
 #[no_mangle]
 pub extern "C" fn moraine_txn_list_tables(
     txn: *mut MoraineTxn,
     list_out: *mut *mut MoraineStrings,
     err: *mut *mut c_char,
-) -> i32 {
+) -> Status {
     guarded(err, || {
         let names = on_staged(txn, async |s| s.list_tables().await)?;
         let items = names
@@ -537,11 +583,13 @@ pub extern "C" fn moraine_txn_list_tables(
     })
 }
 
+/// How many strings the list holds.
 #[no_mangle]
 pub extern "C" fn moraine_strings_len(list: *mut MoraineStrings) -> usize {
     handle(list, "list").map(|l| l.items.len()).unwrap_or(0)
 }
 
+/// String `i`, valid until the list is freed; null past the end.
 #[no_mangle]
 pub extern "C" fn moraine_strings_get(list: *mut MoraineStrings, i: usize) -> *const c_char {
     handle(list, "list")
@@ -551,11 +599,15 @@ pub extern "C" fn moraine_strings_get(list: *mut MoraineStrings, i: usize) -> *c
         .unwrap_or(std::ptr::null())
 }
 
+/// Frees a list of strings.
 #[no_mangle]
 pub extern "C" fn moraine_strings_free(list: *mut MoraineStrings) {
     free(list)
 }
 
+/// Creates a table DuckLake asks for, with its columns' names and DuckDB type
+/// names: a metadata table at bootstrap (checked against its known shape), or
+/// an inlined-data or inlined-delete table.
 #[no_mangle]
 pub extern "C" fn moraine_txn_create_table(
     txn: *mut MoraineTxn,
@@ -565,7 +617,7 @@ pub extern "C" fn moraine_txn_create_table(
     column_types: *const *const c_char,
     if_not_exists: bool,
     err: *mut *mut c_char,
-) -> i32 {
+) -> Status {
     guarded(err, || {
         let name = text(name, "table name")?;
         let mut columns = Vec::with_capacity(column_count);
@@ -592,13 +644,14 @@ pub extern "C" fn moraine_txn_create_table(
     })
 }
 
+/// Drops an inlined-data or inlined-delete table; metadata tables stay.
 #[no_mangle]
 pub extern "C" fn moraine_txn_drop_table(
     txn: *mut MoraineTxn,
     name: *const c_char,
     if_exists: bool,
     err: *mut *mut c_char,
-) -> i32 {
+) -> Status {
     guarded(err, || {
         let name = text(name, "table name")?;
         on_staged(txn, async |s| s.drop_table(name, if_exists).await)
@@ -611,14 +664,14 @@ pub extern "C" fn moraine_txn_drop_table(
 #[no_mangle]
 pub extern "C" fn moraine_txn_scan(
     txn: *mut MoraineTxn,
-    name: *const c_char,
+    table: *const MoraineTableDesc,
     bounds: *const MoraineScanBound,
     bound_count: usize,
     scan_out: *mut *mut MoraineScan,
     err: *mut *mut c_char,
-) -> i32 {
+) -> Status {
     guarded(err, || {
-        let table = table_ref(text(name, "table name")?)?;
+        let table = table_of(table)?;
         let bounds: Vec<IntBound> = match bound_count {
             0 => Vec::new(),
             _ if bounds.is_null() => return Err(Error::Internal("null scan bounds".into())),
@@ -639,40 +692,41 @@ pub extern "C" fn moraine_txn_scan(
     })
 }
 
-/// Writes how many rows a scan of `name` would see now, for DuckDB's
+/// Writes how many rows a scan of `table` would see now, for DuckDB's
 /// planner. Reads the table as a scan would, and keeps it for the scan.
 #[no_mangle]
 pub extern "C" fn moraine_txn_row_count(
     txn: *mut MoraineTxn,
-    name: *const c_char,
+    table: *const MoraineTableDesc,
     count_out: *mut u64,
     err: *mut *mut c_char,
-) -> i32 {
+) -> Status {
     guarded(err, || {
-        let rows = visible_rows(txn, name)?;
+        let rows = visible_rows(txn, table)?;
         write(count_out, rows.len() as u64, "row count")
     })
 }
 
-/// Writes the exact statistics of integer column `column` of `name` as a
+/// Writes the exact statistics of integer column `column` of `table` as a
 /// scan would see it now, for DuckDB's optimizer. Reads the table as a scan
 /// would, and keeps it for the scan.
 #[no_mangle]
 pub extern "C" fn moraine_txn_int_stats(
     txn: *mut MoraineTxn,
-    name: *const c_char,
+    table: *const MoraineTableDesc,
     column: usize,
     stats_out: *mut MoraineIntStats,
     err: *mut *mut c_char,
-) -> i32 {
+) -> Status {
     guarded(err, || {
-        let rows = visible_rows(txn, name)?;
+        let rows = visible_rows(txn, table)?;
         let stats = rows.int_stats(column);
         COLUMN_STATS_SERVED.fetch_add(u64::from(stats.is_some()), Ordering::Relaxed);
         write(stats_out, MoraineIntStats::from(stats), "column statistics")
     })
 }
 
+/// How many rows the scan emits.
 #[no_mangle]
 pub extern "C" fn moraine_scan_row_count(scan: *mut MoraineScan) -> usize {
     handle(scan, "scan").map(|s| s.scan.len()).unwrap_or(0)
@@ -770,73 +824,62 @@ pub extern "C" fn moraine_scan_fill(
     filled.unwrap_or(0)
 }
 
+/// Frees a scan and the cells it lent.
 #[no_mangle]
 pub extern "C" fn moraine_scan_free(scan: *mut MoraineScan) {
     free(scan)
 }
 
-/// Stages INSERTs: `cells` holds `row_count × column_count` cells, row-major.
+/// Stages INSERTs: `row_cells` holds `row_count × column_count` cells, row-major.
 #[no_mangle]
 pub extern "C" fn moraine_txn_insert(
     txn: *mut MoraineTxn,
-    name: *const c_char,
+    table: *const MoraineTableDesc,
     row_count: usize,
     column_count: usize,
     row_cells: *const MoraineCell,
     err: *mut *mut c_char,
-) -> i32 {
+) -> Status {
     guarded(err, || {
-        let table = table_ref(text(name, "table name")?)?;
-        let flat = cells(row_cells, row_count * column_count)?;
-        let rows: Vec<Row> = flat
-            .chunks(column_count.max(1))
-            .map(<[Cell]>::to_vec)
-            .collect();
+        let table = table_of(table)?;
+        let rows = rows(row_cells, row_count, column_count)?;
         on_staged(txn, async |s| s.stage_insert(table, rows).await)
     })
 }
 
+/// Stages DELETEs of the rows with the given rowids.
 #[no_mangle]
 pub extern "C" fn moraine_txn_delete(
     txn: *mut MoraineTxn,
-    name: *const c_char,
+    table: *const MoraineTableDesc,
     count: usize,
     rowids: *const i64,
     err: *mut *mut c_char,
-) -> i32 {
+) -> Status {
     guarded(err, || {
-        let table = table_ref(text(name, "table name")?)?;
+        let table = table_of(table)?;
         let ids = slice(rowids, count)?;
         on_staged(txn, async |s| s.stage_delete(table, ids).await)
     })
 }
 
-/// Stages UPDATEs: row `i` sets `columns[j]` to `cells[i * column_count + j]`.
+/// Stages UPDATEs: row `i` sets `columns[j]` to `row_cells[i * column_count + j]`.
 #[no_mangle]
 pub extern "C" fn moraine_txn_update(
     txn: *mut MoraineTxn,
-    name: *const c_char,
+    table: *const MoraineTableDesc,
     count: usize,
     rowids: *const i64,
     column_count: usize,
     columns: *const usize,
     row_cells: *const MoraineCell,
     err: *mut *mut c_char,
-) -> i32 {
+) -> Status {
     guarded(err, || {
-        let table = table_ref(text(name, "table name")?)?;
+        let table = table_of(table)?;
         let ids = slice(rowids, count)?;
         let cols = slice(columns, column_count)?;
-        let flat = cells(row_cells, count * column_count)?;
-        let values: Vec<Row> = flat
-            .chunks(column_count.max(1))
-            .map(<[Cell]>::to_vec)
-            .collect();
-        let values = if column_count == 0 {
-            vec![Vec::new(); count]
-        } else {
-            values
-        };
+        let values = rows(row_cells, count, column_count)?;
         on_staged(txn, async |s| {
             s.stage_update(table, ids, cols, values).await
         })
@@ -856,6 +899,8 @@ fn slice<'a, T>(ptr: *const T, count: usize) -> Result<&'a [T]> {
 
 #[cfg(feature = "extension")]
 extern "C-unwind" {
+    /// The shim's registration of the `moraine` storage extension and its
+    /// functions with DuckDB's loader.
     fn moraine_shim_init(loader: *mut std::ffi::c_void);
 }
 
@@ -893,7 +938,7 @@ pub extern "C" fn moraine_reclaim_start(
     deadline_ms: u64,
     job_out: *mut *mut MoraineReclaimJob,
     err: *mut *mut c_char,
-) -> i32 {
+) -> Status {
     guarded(err, || {
         let db = handle(db, "database")?;
         let store = db.store.clone();
@@ -922,7 +967,7 @@ pub extern "C" fn moraine_reclaim_wait(
     done_out: *mut i32,
     report_out: *mut MoraineReclaimReport,
     err: *mut *mut c_char,
-) -> i32 {
+) -> Status {
     guarded(err, || {
         // SAFETY: a box `moraine_reclaim_start` created and the shim has not freed.
         let job = unsafe { job.as_mut() }
@@ -981,7 +1026,7 @@ pub extern "C" fn moraine_db_audit(
     db: *mut MoraineDb,
     rows_out: *mut *mut MoraineStrings,
     err: *mut *mut c_char,
-) -> i32 {
+) -> Status {
     guarded(err, || {
         let db = handle(db, "database")?;
         let audit = block_on(crate::reclaim::audit::audit(&db.store))??;
@@ -1008,7 +1053,7 @@ pub extern "C" fn moraine_db_stats(
     db: *mut MoraineDb,
     rows_out: *mut *mut MoraineStrings,
     err: *mut *mut c_char,
-) -> i32 {
+) -> Status {
     guarded(err, || {
         let db = handle(db, "database")?;
         let commits = db.store.commits().snapshot();
@@ -1081,9 +1126,11 @@ mod tests {
                     len: bytes.len(),
                 })
                 .collect();
-            let Ok(row) = cells(cells_in.as_ptr(), cells_in.len()) else {
+            let Ok(mut rows) = rows(cells_in.as_ptr(), 1, cells_in.len()) else {
                 return Ok(());
             };
+            prop_assert_eq!(rows.len(), 1);
+            let row = rows.remove(0);
             prop_assert_eq!(row.len(), raw.len());
             for kind in Kind::ALL {
                 if catalog::check_row(kind, &row).is_ok() {
@@ -1093,10 +1140,10 @@ mod tests {
             }
         }
 
-        /// Table names from the shim: anything parses or is refused.
+        /// Table names from the shim's lookups: anything parses or is refused.
         #[test]
         fn table_names_never_panic(name in ".{0,60}") {
-            let _ = table_ref(&name);
+            let _ = TableRef::parse(&name);
         }
     }
 }
