@@ -21,6 +21,14 @@ void MoraineCall(F &&call) {
 	}
 }
 
+//! A table handle from moraine_txn_lookup, freed with its owner.
+struct MoraineTableDescFree {
+	void operator()(MoraineTableDesc *desc) const {
+		moraine_table_desc_free(desc);
+	}
+};
+using MoraineTableHandle = unique_ptr<MoraineTableDesc, MoraineTableDescFree>;
+
 //! Cells for one batch of rows, plus the buffers their text and bytes point into.
 class MoraineCellBuffer {
 public:

@@ -10,8 +10,7 @@ namespace duckdb {
 
 class MoraineTableEntry : public TableCatalogEntry {
 public:
-	//! Takes ownership of `handle`.
-	MoraineTableEntry(Catalog &catalog, SchemaCatalogEntry &schema, CreateTableInfo &info, MoraineTableDesc *handle,
+	MoraineTableEntry(Catalog &catalog, SchemaCatalogEntry &schema, CreateTableInfo &info, MoraineTableHandle handle,
 	                  vector<MoraineTransfer> transfers);
 
 	//! How each column's cells cross the ABI.
@@ -26,12 +25,7 @@ public:
 	TableStorageInfo GetStorageInfo(ClientContext &context) override;
 
 private:
-	struct FreeHandle {
-		void operator()(MoraineTableDesc *desc) const {
-			moraine_table_desc_free(desc);
-		}
-	};
-	unique_ptr<MoraineTableDesc, FreeHandle> handle;
+	MoraineTableHandle handle;
 };
 
 } // namespace duckdb

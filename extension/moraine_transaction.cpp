@@ -54,33 +54,32 @@ MoraineTableEntry *MoraineTransaction::GetTable(ClientContext &context, MoraineS
 	if (cached != entries.end()) {
 		return cached->second.get();
 	}
-	MoraineTableDesc *desc = nullptr;
-	MoraineCall([&](char **err) { return moraine_txn_lookup(txn, name.c_str(), &desc, err); });
-	if (!desc) {
+	MoraineTableDesc *found = nullptr;
+	MoraineCall([&](char **err) { return moraine_txn_lookup(txn, name.c_str(), &found, err); });
+	if (!found) {
 		return nullptr;
 	}
-	CreateTableInfo info(schema, moraine_table_desc_name(desc));
+	MoraineTableHandle desc(found);
+	CreateTableInfo info(schema, moraine_table_desc_name(desc.get()));
 	vector<MoraineTransfer> transfers;
-	auto count = moraine_table_desc_column_count(desc);
+	auto count = moraine_table_desc_column_count(desc.get());
 	for (idx_t i = 0; i < count; i++) {
 		const char *col_name = nullptr;
 		const char *col_type = nullptr;
 		MoraineTransfer transfer = MORAINE_TRANSFER_VALUE;
-		if (!moraine_table_desc_column(desc, i, &col_name, &col_type, &transfer)) {
-			moraine_table_desc_free(desc);
-			throw InternalException("moraine: table %s has no column %llu", name, (unsigned long long)i);
+		if (!moraine_table_desc_column(desc.get(), i, &col_name, &col_type, &transfer)) {
+			throw IOException("moraine: table %s describes no column %llu", name, (unsigned long long)i);
 		}
 		LogicalType type;
 		try {
 			type = catalog.ColumnType(col_type, context);
 		} catch (std::exception &ex) {
-			moraine_table_desc_free(desc);
 			throw IOException("moraine: column %s of %s has a type DuckDB cannot parse: %s", col_name, name, col_type);
 		}
 		info.columns.AddColumn(ColumnDefinition(col_name, std::move(type)));
 		transfers.push_back(transfer);
 	}
-	auto entry = make_uniq<MoraineTableEntry>(catalog, schema, info, desc, std::move(transfers));
+	auto entry = make_uniq<MoraineTableEntry>(catalog, schema, info, std::move(desc), std::move(transfers));
 	auto result = entry.get();
 	entries[EntryKey(schema, name)] = std::move(entry);
 	return result;
