@@ -44,8 +44,10 @@ fn main() {
     println!("cargo:rustc-link-lib=dylib=stdc++");
 }
 
-/// Writes `moraine.h` (always, so `cargo test` checks it too): rewritten only
-/// when its text changes, so the shim is not rebuilt for nothing.
+/// Writes `moraine.h`, on every build so that `cargo test` checks it too. A
+/// change to one of [`ABI_SOURCES`] reruns this script, and with it the
+/// shim's compilation in an extension build, whether the header changed or
+/// not: `cc` has no way to skip an unchanged source.
 fn generate_header(path: &Path) {
     let config = cbindgen::Config::from_file("extension/cbindgen.toml")
         .expect("extension/cbindgen.toml describes how moraine.h is generated");
