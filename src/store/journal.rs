@@ -1,28 +1,39 @@
-//! The WAL folder's journal on a local store: one cache flush per commit.
+//! The WAL folder's journal on a local store: one cache flush per commit,
+//! and no file made per commit.
 //!
 //! Publishing a WAL object durably takes two flushes of the disk's cache:
 //! the object's bytes, then the folder that gained its name. DuckDB's own
 //! catalog takes one, an append to a log file whose name is durable
-//! already. So a commit's WAL object is first appended, name and bytes, to
-//! this journal (`wal/journal#0`, a file of [`JOURNAL_BYTES`] whose blocks
-//! were written and synced when it was made) and the journal alone is
-//! synced; then the object is published in the folder without a sync. The
-//! journal's write lands in a block the file owns, so its sync writes no
-//! metadata ([design 0022](../../docs/design/0022-the-wal-journal.md)).
+//! already. So a commit's WAL object is appended, name and bytes, to this
+//! journal (`wal/journal#0`, a file of [`JOURNAL_BYTES`] whose blocks were
+//! written and synced when it was made) and the journal alone is synced.
+//! The journal's write lands in a block the file owns, so its sync writes
+//! no metadata ([design 0022](../../docs/design/0022-the-wal-journal.md)).
+//!
+//! The object's file is made later, in a batch, by whoever next looks at
+//! the folder: a read, a listing, a delete or another write there, a close,
+//! or the append that finds the journal full ([design
+//! 0027](../../docs/design/0027-wal-objects-published-in-batches.md)). A
+//! file made per commit cost an inode and a folder entry, which the next
+//! commit's sync then had to write; in a batch, the folder's metadata is
+//! written once for all of them. The header block keeps a mark, unsynced,
+//! of where the records not yet published begin; every reader of the
+//! folder publishes them first, under the journal's lock, so no reader
+//! sees a WAL without an object the journal holds.
 //!
 //! What this risks is only what a crash of the machine loses: the page
-//! cache. A process that dies leaves its objects to the kernel, which
-//! writes them. So the journal's header names the boot it was written in,
-//! and the first open in a later boot restores every journaled object that
-//! is missing or differs from its record, synced, before anything reads the
-//! folder. A full journal starts a new epoch once `syncfs` has made every
-//! object it covered durable.
+//! cache. A process that dies leaves its files to the kernel, which writes
+//! them, and its unpublished records to the next process that looks. So
+//! the journal's header names the boot it was written in, and the first
+//! open in a later boot restores every journaled object that is missing or
+//! differs from its record, synced, before anything reads the folder. A
+//! full journal publishes what it holds and starts a new epoch once
+//! `syncfs` has made every object it covered durable.
 //!
 //! Every process that writes the folder appends under an `flock` on the
-//! journal and checks that the name is free before it appends, so of two
-//! writers racing for one WAL id (SlateDB's fencing) only one journals it;
-//! should a publish fail anyway, a cancelling record follows before the
-//! failure is reported, and the record read later wins.
+//! journal and checks that the name is free, as a file or as a record not
+//! yet published, before it appends, so of two writers racing for one WAL
+//! id (SlateDB's fencing) only one journals it.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -44,10 +55,23 @@ pub const JOURNAL_BYTES: u64 = 256 << 10;
 /// rows) is published synced, as every object was before the journal.
 pub const JOURNALED_OBJECT_BYTES: usize = 64 << 10;
 
-/// The header's block: magic, epoch, boot, checksum. Records follow it.
+/// The header's block: magic, epoch, boot, checksum, then the publication
+/// mark. Records follow it.
 const HEADER_BYTES: u64 = 4096;
-const HEADER_MAGIC: &[u8; 8] = b"MORJRNL1";
+/// Journals whose records are published in batches (design 0027).
+const HEADER_MAGIC: &[u8; 8] = b"MORJRNL2";
+/// Journals whose records were each published as they were appended, by
+/// moraine before design 0027: every object they name has its file.
+const PUBLISHED_AT_APPEND_MAGIC: &[u8; 8] = b"MORJRNL1";
 const HEADER_LEN: usize = 36;
+
+/// Where the header block keeps the publication mark: epoch, offset,
+/// checksum. It is written without a sync: a crash of the machine that
+/// loses it restores the whole epoch anyway, and a process that dies
+/// before it writes one leaves records that are published again, where
+/// their names are free.
+const MARK_AT: usize = 64;
+const MARK_LEN: usize = 20;
 
 const RECORD_MAGIC: u32 = 0x4d4a_5231;
 /// magic, epoch, kind, three zero bytes, name length, body length, checksum.
@@ -56,9 +80,10 @@ const RECORD_HEAD: usize = 28;
 /// What a record says of its name.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
-    /// The object published under the name holds the record's bytes.
+    /// The object under the name holds the record's bytes.
     Object = 1,
-    /// The object journaled before under the name was never published.
+    /// The object journaled before under the name was never published: a
+    /// journal of the first version wrote this when a publish failed.
     Cancelled = 2,
 }
 
@@ -75,25 +100,51 @@ pub fn boot() -> Option<[u8; 16]> {
     })
 }
 
-/// Writes an object durably: how a recovery restores what it finds lost.
-pub type Restore = Arc<dyn Fn(&Path, &[u8]) -> std::io::Result<()> + Send + Sync>;
+/// Writes one object into the folder.
+pub type WriteObject = Arc<dyn Fn(&Path, &[u8]) -> std::io::Result<()> + Send + Sync>;
+
+/// How a journal writes its objects as files.
+#[derive(Clone)]
+pub struct ObjectWriters {
+    /// Synced, over whatever is there: a recovery's, for objects that were
+    /// acknowledged.
+    pub restore: WriteObject,
+    /// Unsynced, failing with `AlreadyExists` where the name is taken: a
+    /// publication's, whose bytes the synced journal holds.
+    pub publish: WriteObject,
+}
 
 pub struct Journal {
     file: File,
     folder: PathBuf,
     boot: [u8; 16],
-    /// How this journal's recoveries write an object back.
-    restore: Restore,
-    /// Where this process believes the next record goes, under the epoch it
-    /// last read; another process's appends and new epochs are read again
-    /// under the lock.
+    writers: ObjectWriters,
+    /// What this process believes of the journal, under the epoch it last
+    /// read; another process's appends, publications and new epochs are
+    /// read again under the lock.
     tail: Mutex<Tail>,
 }
 
-#[derive(Clone, Copy)]
 struct Tail {
     epoch: u64,
+    /// Where the next record goes.
     offset: u64,
+    /// Where the records of `epoch` that have no file yet begin.
+    published: u64,
+    /// The offset and name of each object record in `published..offset`.
+    unpublished: Vec<(u64, String)>,
+}
+
+impl Tail {
+    /// Before any record of `epoch` is known: the first refresh finds them.
+    fn of_epoch(epoch: u64) -> Tail {
+        Tail {
+            epoch,
+            offset: HEADER_BYTES,
+            published: HEADER_BYTES,
+            unpublished: Vec::new(),
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -102,11 +153,22 @@ struct Header {
     boot: [u8; 16],
 }
 
+/// A header as it was read: its version tells whether its records may lack
+/// their files.
+#[derive(Clone, Copy)]
+struct ReadHeader {
+    header: Header,
+    published_at_append: bool,
+    /// Where the publication mark says unpublished records of `header`'s
+    /// epoch begin; `None` when it is of another epoch or unreadable.
+    mark: Option<u64>,
+}
+
 impl Journal {
     /// The journal of `folder` if it has one, with what a crash of the
     /// machine lost restored; `None` without one or where it cannot be
     /// written (a read-only mount).
-    pub fn open(folder: &Path, restore: Restore) -> std::io::Result<Option<Journal>> {
+    pub fn open(folder: &Path, writers: ObjectWriters) -> std::io::Result<Option<Journal>> {
         let Some(boot) = boot() else {
             return Ok(None);
         };
@@ -122,32 +184,22 @@ impl Journal {
             file,
             folder: folder.to_path_buf(),
             boot,
-            restore,
-            // Epoch 0 is no journal's: the first write finds the tail.
-            tail: Mutex::new(Tail {
-                epoch: 0,
-                offset: HEADER_BYTES,
-            }),
+            writers,
+            // Epoch 0 is no journal's: the first refresh finds the tail.
+            tail: Mutex::new(Tail::of_epoch(0)),
         };
         {
             let mut tail = journal.lock()?;
             let _held = journal.flock()?;
-            let header = journal.header()?;
-            if header.boot != journal.boot {
-                journal.recover(header)?;
-                *tail = Tail {
-                    epoch: header.epoch + 1,
-                    offset: HEADER_BYTES,
-                };
-            }
+            journal.refresh(&mut tail)?;
         }
         Ok(Some(journal))
     }
 
     /// The journal of `folder`, made (its blocks written and synced, then
     /// linked in and the folder synced) unless another process made it first.
-    pub fn create(folder: &Path, restore: Restore) -> std::io::Result<Journal> {
-        if let Some(journal) = Journal::open(folder, restore.clone())? {
+    pub fn create(folder: &Path, writers: ObjectWriters) -> std::io::Result<Journal> {
+        if let Some(journal) = Journal::open(folder, writers.clone())? {
             return Ok(journal);
         }
         let boot = boot().ok_or_else(|| std::io::Error::other("this system has no boot id"))?;
@@ -159,9 +211,7 @@ impl Journal {
                 .create(true)
                 .truncate(true)
                 .open(&staged)?;
-            let mut block = vec![0u8; HEADER_BYTES as usize];
-            block[..HEADER_LEN].copy_from_slice(&header_bytes(Header { epoch: 1, boot }));
-            file.write_all(&block)?;
+            file.write_all(&header_block(Header { epoch: 1, boot }))?;
             let zeros = vec![0u8; 64 << 10];
             let mut left = JOURNAL_BYTES - HEADER_BYTES;
             while left > 0 {
@@ -178,43 +228,48 @@ impl Journal {
         })();
         let _ = std::fs::remove_file(&staged);
         made.map_err(|e| context(&path, e))?;
-        Journal::open(folder, restore)?
+        Journal::open(folder, writers)?
             .ok_or_else(|| context(&path, std::io::Error::other("made, then not found")))
     }
 
-    /// Publishes `name` in the journal's folder with `body`: journals it,
-    /// synced, then runs `publish`, which writes the object without a sync.
-    /// A name that exists already is refused as `AlreadyExists` before
-    /// anything is journaled; a publish that fails is cancelled in the
-    /// journal before its error is returned.
-    pub fn write<T>(
-        &self,
-        name: &str,
-        body: &[u8],
-        publish: impl FnOnce() -> object_store::Result<T>,
-    ) -> object_store::Result<T> {
+    /// Journals `name` in the journal's folder with `body`, synced; its
+    /// file is made with the next batch. A name that exists already, as a
+    /// file or as a record not yet published, is refused as
+    /// `AlreadyExists` before anything is journaled.
+    pub fn write(&self, name: &str, body: &[u8]) -> object_store::Result<()> {
         let mut tail = self.lock().map_err(|e| self.error(e))?;
         let _held = self.flock().map_err(|e| self.error(e))?;
         self.refresh(&mut tail).map_err(|e| self.error(e))?;
         let path = self.folder.join(name);
-        match std::fs::symlink_metadata(&path) {
-            Ok(_) => {
-                return Err(object_store::Error::AlreadyExists {
-                    path: path.display().to_string(),
-                    source: "a WAL object of that name exists".into(),
-                })
-            }
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(self.error(context(&path, e))),
+        let journaled = tail.unpublished.iter().any(|(_, n)| n == name);
+        let exists = journaled
+            || match std::fs::symlink_metadata(&path) {
+                Ok(_) => true,
+                Err(e) if e.kind() == ErrorKind::NotFound => false,
+                Err(e) => return Err(self.error(context(&path, e))),
+            };
+        if exists {
+            return Err(object_store::Error::AlreadyExists {
+                path: path.display().to_string(),
+                source: "a WAL object of that name exists".into(),
+            });
         }
-        self.append(&mut tail, Kind::Object, name, body)
+        let at = self
+            .append(&mut tail, Kind::Object, name, body)
             .map_err(|e| self.error(e))?;
-        let published = publish();
-        if published.is_err() {
-            self.append(&mut tail, Kind::Cancelled, name, &[])
-                .map_err(|e| self.error(e))?;
-        }
-        published
+        tail.unpublished.push((at, name.to_string()));
+        Ok(())
+    }
+
+    /// Makes the file of every journaled object that has none yet, so the
+    /// folder shows every object the journal holds: what a read, a listing
+    /// or a delete in the folder does first.
+    pub fn publish(&self) -> object_store::Result<()> {
+        let mut tail = self.lock().map_err(|e| self.error(e))?;
+        let _held = self.flock().map_err(|e| self.error(e))?;
+        self.refresh(&mut tail)
+            .and_then(|()| self.publish_unpublished(&mut tail))
+            .map_err(|e| self.error(e))
     }
 
     fn lock(&self) -> std::io::Result<std::sync::MutexGuard<'_, Tail>> {
@@ -233,28 +288,33 @@ impl Journal {
         Ok(Flock(&self.file))
     }
 
-    /// Reads the header and skips what other processes appended, and
+    /// Reads the header and the records other processes appended, and
     /// restores the journaled objects if it was written in an earlier boot.
+    /// Takes the flock's holder.
     fn refresh(&self, tail: &mut Tail) -> std::io::Result<()> {
-        let header = self.header()?;
-        if header.boot != self.boot {
-            self.recover(header)?;
-            *tail = Tail {
-                epoch: header.epoch + 1,
-                offset: HEADER_BYTES,
-            };
+        let read = self.header()?;
+        if read.header.boot != self.boot {
+            self.recover(read.header)?;
+            *tail = Tail::of_epoch(read.header.epoch + 1);
             return Ok(());
         }
-        if header.epoch != tail.epoch {
-            *tail = Tail {
-                epoch: header.epoch,
-                offset: HEADER_BYTES,
-            };
-        } else if !self.record_begins_at(tail.epoch, tail.offset)? {
-            // Nobody appended since this process did: the usual case, one read.
+        if read.published_at_append {
+            // Every object has its file; `syncfs` makes them durable before
+            // the records that would restore them are given up.
+            self.checkpoint(tail, read.header.epoch)?;
             return Ok(());
         }
-        tail.offset = self.end_of_records(tail.epoch, tail.offset)?;
+        if read.header.epoch != tail.epoch {
+            *tail = Tail::of_epoch(read.header.epoch);
+        }
+        if tail.offset == HEADER_BYTES || self.record_begins_at(tail.epoch, tail.offset)? {
+            let (end, objects) = self.records_after(tail.epoch, tail.offset)?;
+            tail.offset = end;
+            tail.unpublished.extend(objects);
+        }
+        tail.published = read.mark.unwrap_or(HEADER_BYTES).clamp(HEADER_BYTES, tail.offset);
+        let published = tail.published;
+        tail.unpublished.retain(|(at, _)| *at >= published);
         Ok(())
     }
 
@@ -263,7 +323,7 @@ impl Journal {
     /// next epoch in this boot.
     fn recover(&self, header: Header) -> std::io::Result<()> {
         let mut latest: HashMap<String, Option<Vec<u8>>> = HashMap::new();
-        for record in self.records_from(header.epoch, HEADER_BYTES)?.0 {
+        for record in self.records_from(header.epoch, HEADER_BYTES, JOURNAL_BYTES)? {
             let body = (record.kind == Kind::Object).then_some(record.body);
             latest.insert(record.name, body);
         }
@@ -276,7 +336,7 @@ impl Journal {
                 Err(e) => return Err(context(&path, e)),
             };
             if !held {
-                (self.restore)(&path, &body).map_err(|e| context(&path, e))?;
+                (self.writers.restore)(&path, &body).map_err(|e| context(&path, e))?;
             }
         }
         self.start_epoch(Header {
@@ -286,8 +346,8 @@ impl Journal {
     }
 
     /// Appends a record at the tail and syncs it, first starting a new
-    /// epoch when it does not fit.
-    fn append(&self, tail: &mut Tail, kind: Kind, name: &str, body: &[u8]) -> std::io::Result<()> {
+    /// epoch when it does not fit; returns where it went.
+    fn append(&self, tail: &mut Tail, kind: Kind, name: &str, body: &[u8]) -> std::io::Result<u64> {
         let len = padded(RECORD_HEAD + name.len() + body.len()) as u64;
         if HEADER_BYTES + len > JOURNAL_BYTES {
             return Err(std::io::Error::other(format!(
@@ -295,46 +355,71 @@ impl Journal {
             )));
         }
         if tail.offset + len > JOURNAL_BYTES {
-            self.checkpoint(tail)?;
+            self.publish_unpublished(tail)?;
+            self.checkpoint(tail, tail.epoch)?;
         }
+        let at = tail.offset;
         self.file
-            .write_all_at(&record_bytes(tail.epoch, kind, name, body), tail.offset)?;
+            .write_all_at(&record_bytes(tail.epoch, kind, name, body), at)?;
         self.file.sync_data()?;
         tail.offset += len;
-        Ok(())
+        Ok(at)
     }
 
-    /// Makes every object of the file system durable, then starts a new
-    /// epoch: the records before it are no longer needed.
-    fn checkpoint(&self, tail: &mut Tail) -> std::io::Result<()> {
+    /// Makes the files of the records in `tail.published..tail.offset`,
+    /// unsynced, then moves the mark past them.
+    fn publish_unpublished(&self, tail: &mut Tail) -> std::io::Result<()> {
+        if tail.published >= tail.offset {
+            return Ok(());
+        }
+        if !tail.unpublished.is_empty() {
+            for record in self.records_from(tail.epoch, tail.published, tail.offset)? {
+                if record.kind != Kind::Object {
+                    continue;
+                }
+                let path = self.folder.join(&record.name);
+                match (self.writers.publish)(&path, &record.body) {
+                    // Published before by a process that died before it
+                    // moved the mark.
+                    Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                    other => other.map_err(|e| context(&path, e))?,
+                }
+            }
+        }
+        tail.published = tail.offset;
+        tail.unpublished.clear();
+        self.file
+            .write_all_at(&mark_bytes(tail.epoch, tail.offset), MARK_AT as u64)
+    }
+
+    /// Makes every object of the file system durable, then starts the
+    /// epoch after `epoch`: the records before it are no longer needed.
+    /// Every record must have its file.
+    fn checkpoint(&self, tail: &mut Tail, epoch: u64) -> std::io::Result<()> {
         // SAFETY: `file` is an open descriptor.
         if unsafe { libc::syncfs(self.file.as_raw_fd()) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        let epoch = tail.epoch + 1;
         self.start_epoch(Header {
-            epoch,
+            epoch: epoch + 1,
             boot: self.boot,
         })?;
-        *tail = Tail {
-            epoch,
-            offset: HEADER_BYTES,
-        };
+        *tail = Tail::of_epoch(epoch + 1);
         Ok(())
     }
 
     fn start_epoch(&self, header: Header) -> std::io::Result<()> {
-        self.file.write_all_at(&header_bytes(header), 0)?;
+        self.file.write_all_at(&header_block(header), 0)?;
         self.file.sync_data()
     }
 
-    fn header(&self) -> std::io::Result<Header> {
-        let mut bytes = [0u8; HEADER_LEN];
+    fn header(&self) -> std::io::Result<ReadHeader> {
+        let mut bytes = [0u8; MARK_AT + MARK_LEN];
         self.file.read_exact_at(&mut bytes, 0)?;
         parse_header(&bytes).ok_or_else(|| {
             std::io::Error::other(format!(
-                "the WAL journal {} has a damaged header; if the machine has not crashed since the \
-                 last session, removing it loses nothing",
+                "the WAL journal {} has a damaged header, or one of a newer moraine: the commits \
+                 it holds cannot be read",
                 self.path().display()
             ))
         })
@@ -350,41 +435,51 @@ impl Journal {
         Ok(parse_record_head(&head, epoch).is_some())
     }
 
-    /// Where the whole records of `epoch` from `offset` on end. Every
-    /// process's first write looks for the tail, so the records are checked
-    /// where they lie, a window at a time, and never copied out.
-    fn end_of_records(&self, epoch: u64, offset: u64) -> std::io::Result<u64> {
+    /// Where the whole records of `epoch` from `offset` on end, and the
+    /// offset and name of each object record among them. Every process's
+    /// first look finds the tail, so the records are checked where they
+    /// lie, a window at a time, and their bodies never copied out.
+    fn records_after(
+        &self,
+        epoch: u64,
+        offset: u64,
+    ) -> std::io::Result<(u64, Vec<(u64, String)>)> {
         let mut window = vec![0u8; SCAN_WINDOW_BYTES];
         let mut start = offset;
+        let mut objects = Vec::new();
         loop {
             let len = (JOURNAL_BYTES.saturating_sub(start) as usize).min(window.len());
             let bytes = &mut window[..len];
             self.file.read_exact_at(bytes, start)?;
             let mut at = 0;
             while let Some(record) = checked_record(&bytes[at..], epoch) {
+                if record.kind == Kind::Object {
+                    let name = String::from_utf8_lossy(record.name).into_owned();
+                    objects.push((start + at as u64, name));
+                }
                 at += record.padded_len;
             }
             let window_ends_the_file = start + len as u64 == JOURNAL_BYTES;
             // A record cut by the window's end is read again from its start;
             // anything else that stops the walk ends the records.
             if at == 0 || window_ends_the_file || !cut_by_window(&bytes[at..], epoch) {
-                return Ok(start + at as u64);
+                return Ok((start + at as u64, objects));
             }
             start += at as u64;
         }
     }
 
-    /// The whole records of `epoch` from `offset` on, read at once, and
-    /// where they end: what a recovery restores.
-    fn records_from(&self, epoch: u64, offset: u64) -> std::io::Result<(Vec<Record>, u64)> {
-        let mut bytes = vec![0u8; JOURNAL_BYTES.saturating_sub(offset) as usize];
+    /// The whole records of `epoch` in `offset..until`, read at once: what
+    /// a recovery restores and a batch publishes.
+    fn records_from(&self, epoch: u64, offset: u64, until: u64) -> std::io::Result<Vec<Record>> {
+        let mut bytes = vec![0u8; until.min(JOURNAL_BYTES).saturating_sub(offset) as usize];
         self.file.read_exact_at(&mut bytes, offset)?;
         let (mut records, mut at) = (Vec::new(), 0);
         while let Some((record, len)) = record_in(&bytes[at..], epoch) {
             records.push(record);
             at += len;
         }
-        Ok((records, offset + at as u64))
+        Ok(records)
     }
 
     fn path(&self) -> PathBuf {
@@ -396,6 +491,16 @@ impl Journal {
             store: "LocalFileSystem",
             source: format!("WAL journal {}: {source}", self.path().display()).into(),
         }
+    }
+}
+
+impl Drop for Journal {
+    /// A store that closes leaves its folder whole: every journaled object
+    /// has its file, for a copy of the folder or a moraine that reads the
+    /// folder without the journal. A failure leaves the records to the
+    /// next process that looks.
+    fn drop(&mut self) {
+        let _ = self.publish();
     }
 }
 
@@ -470,6 +575,15 @@ fn padded(len: usize) -> usize {
     len.div_ceil(8) * 8
 }
 
+/// The header block of a new epoch: its header, and a mark that nothing
+/// of it is published yet.
+fn header_block(header: Header) -> Vec<u8> {
+    let mut block = vec![0u8; HEADER_BYTES as usize];
+    block[..HEADER_LEN].copy_from_slice(&header_bytes(header));
+    block[MARK_AT..MARK_AT + MARK_LEN].copy_from_slice(&mark_bytes(header.epoch, HEADER_BYTES));
+    block
+}
+
 fn header_bytes(header: Header) -> [u8; HEADER_LEN] {
     let mut bytes = [0u8; HEADER_LEN];
     bytes[..8].copy_from_slice(HEADER_MAGIC);
@@ -480,15 +594,40 @@ fn header_bytes(header: Header) -> [u8; HEADER_LEN] {
     bytes
 }
 
-fn parse_header(bytes: &[u8; HEADER_LEN]) -> Option<Header> {
-    let sum = u32::from_le_bytes(bytes[32..].try_into().ok()?);
-    if &bytes[..8] != HEADER_MAGIC || crc32fast::hash(&bytes[..32]) != sum {
+fn parse_header(bytes: &[u8; MARK_AT + MARK_LEN]) -> Option<ReadHeader> {
+    let sum = u32::from_le_bytes(bytes[32..HEADER_LEN].try_into().ok()?);
+    let magic = &bytes[..8];
+    let published_at_append = magic == PUBLISHED_AT_APPEND_MAGIC;
+    if !(magic == HEADER_MAGIC || published_at_append) || crc32fast::hash(&bytes[..32]) != sum {
         return None;
     }
-    Some(Header {
+    let header = Header {
         epoch: u64::from_le_bytes(bytes[8..16].try_into().ok()?),
         boot: bytes[16..32].try_into().ok()?,
+    };
+    Some(ReadHeader {
+        header,
+        published_at_append,
+        mark: parse_mark(&bytes[MARK_AT..], header.epoch),
     })
+}
+
+fn mark_bytes(epoch: u64, offset: u64) -> [u8; MARK_LEN] {
+    let mut bytes = [0u8; MARK_LEN];
+    bytes[..8].copy_from_slice(&epoch.to_le_bytes());
+    bytes[8..16].copy_from_slice(&offset.to_le_bytes());
+    let sum = crc32fast::hash(&bytes[..16]);
+    bytes[16..].copy_from_slice(&sum.to_le_bytes());
+    bytes
+}
+
+/// The offset a mark of `epoch` holds.
+fn parse_mark(bytes: &[u8], epoch: u64) -> Option<u64> {
+    let bytes: &[u8; MARK_LEN] = bytes.get(..MARK_LEN)?.try_into().ok()?;
+    let sum = u32::from_le_bytes(bytes[16..].try_into().ok()?);
+    let their_epoch = u64::from_le_bytes(bytes[..8].try_into().ok()?);
+    let offset = u64::from_le_bytes(bytes[8..16].try_into().ok()?);
+    (crc32fast::hash(&bytes[..16]) == sum && their_epoch == epoch).then_some(offset)
 }
 
 fn record_bytes(epoch: u64, kind: Kind, name: &str, body: &[u8]) -> Vec<u8> {
@@ -565,12 +704,12 @@ mod tests {
     }
 
     fn header_of(folder: &Path) -> Header {
-        let mut bytes = [0u8; HEADER_LEN];
+        let mut bytes = [0u8; MARK_AT + MARK_LEN];
         File::open(folder.join(JOURNAL_NAME))
             .unwrap()
             .read_exact_at(&mut bytes, 0)
             .unwrap();
-        parse_header(&bytes).unwrap()
+        parse_header(&bytes).unwrap().header
     }
 
     /// What the next boot finds: the journal as it was, under another boot id.
@@ -637,71 +776,124 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_name_that_exists_is_refused_before_anything_is_journaled() {
-        let (dir, store) = store();
-        create(&store, &wal(1), body(1, 100)).await.unwrap();
-        let again = create(&store, &wal(1), body(2, 100)).await;
-        assert!(
-            matches!(again, Err(object_store::Error::AlreadyExists { .. })),
-            "{again:?}"
-        );
+    async fn a_name_that_exists_is_refused_whether_published_or_only_journaled() {
+        let (dir, first) = store();
+        let second = DirectLocal::new(dir.path()).unwrap();
+        create(&first, &wal(1), body(1, 100)).await.unwrap();
+        // Not yet a file: the record alone holds the name (SlateDB's fencing).
         let folder = dir.path().join("wal");
+        assert!(!folder.join(format!("{:020}.sst", 1)).exists());
+        for store in [&first, &second] {
+            let again = create(store, &wal(1), body(2, 100)).await;
+            assert!(
+                matches!(again, Err(object_store::Error::AlreadyExists { .. })),
+                "{again:?}"
+            );
+        }
+        drop((first, second));
         std::fs::remove_file(folder.join(format!("{:020}.sst", 1))).unwrap();
         // The winner's bytes, not the loser's.
         assert_holds(&opened_after_a_reboot(dir.path()), 1..=1, 100).await;
     }
 
-    #[test]
-    fn a_publish_that_failed_is_cancelled_and_never_restored() {
-        let (_dir, folder) = wal_folder();
-        let restore: Restore = Arc::new(|path: &Path, body: &[u8]| std::fs::write(path, body));
-        let journal = Journal::create(&folder, restore.clone()).unwrap();
-        let failed = journal.write("00000000000000000005.sst", b"lost", || {
-            Err::<(), _>(object_store::Error::Generic {
-                store: "test",
-                source: "the disk is full".into(),
-            })
-        });
-        assert!(failed.is_err());
-        journal
-            .write("00000000000000000006.sst", b"kept", || {
-                std::fs::write(folder.join("00000000000000000006.sst"), b"kept").map_err(|e| {
-                    object_store::Error::Generic {
-                        store: "test",
-                        source: e.into(),
-                    }
-                })
-            })
-            .unwrap();
-        drop(journal);
-        std::fs::remove_file(folder.join("00000000000000000006.sst")).unwrap();
-        as_after_a_reboot(&folder);
-        Journal::open(&folder, restore.clone()).unwrap().unwrap();
-        assert!(!folder.join("00000000000000000005.sst").exists());
-        assert_eq!(
-            std::fs::read(folder.join("00000000000000000006.sst")).unwrap(),
-            b"kept"
+    #[tokio::test]
+    async fn a_journaled_object_gets_its_file_when_anyone_looks_at_the_folder() {
+        let (dir, writer) = store();
+        let folder = dir.path().join("wal");
+        let file = |n: u64| folder.join(format!("{n:020}.sst"));
+        for n in 1..=3 {
+            create(&writer, &wal(n), body(n, 500)).await.unwrap();
+        }
+        assert!((1..=3).all(|n| !file(n).exists()), "no file made per commit");
+        // Another process's read of one publishes them all.
+        let reader = DirectLocal::new(dir.path()).unwrap();
+        assert_holds(&reader, 2..=2, 500).await;
+        assert!((1..=3).all(|n| file(n).exists()));
+        // A listing from the root, and a delete, see the ones journaled since.
+        create(&writer, &wal(4), body(4, 500)).await.unwrap();
+        let listed: Vec<_> = reader
+            .list(None)
+            .map(|meta| meta.unwrap().location.to_string())
+            .collect::<Vec<_>>()
+            .await;
+        assert!(listed.contains(&wal(4).to_string()), "{listed:?}");
+        create(&writer, &wal(5), body(5, 500)).await.unwrap();
+        reader.delete(&wal(5)).await.unwrap();
+        assert!(matches!(
+            reader.get(&wal(5)).await,
+            Err(object_store::Error::NotFound { .. })
+        ));
+        // A create that loses its race to a record refuses, a write of
+        // another kind in the folder finds the name taken.
+        create(&writer, &wal(6), body(6, 500)).await.unwrap();
+        let large = create(&reader, &wal(6), body(6, JOURNALED_OBJECT_BYTES + 1)).await;
+        assert!(
+            matches!(large, Err(object_store::Error::AlreadyExists { .. })),
+            "{large:?}"
         );
+        assert_holds(&writer, 6..=6, 500).await;
+    }
+
+    #[tokio::test]
+    async fn a_process_that_dies_leaves_its_records_to_the_next_that_looks() {
+        let (dir, writer) = store();
+        for n in 1..=3 {
+            create(&writer, &wal(n), body(n, 700)).await.unwrap();
+        }
+        // Killed: no close publishes.
+        std::mem::forget(writer);
+        let folder = dir.path().join("wal");
+        assert!(!folder.join(format!("{:020}.sst", 3)).exists());
+        let next = DirectLocal::new(dir.path()).unwrap();
+        let listed = next
+            .list_with_delimiter(Some(&Location::from("wal")))
+            .await
+            .unwrap();
+        assert_eq!(listed.objects.len(), 3, "{listed:?}");
+        assert_holds(&next, 1..=3, 700).await;
+        // And a machine crash after it restores them, published or not.
+        create(&next, &wal(4), body(4, 700)).await.unwrap();
+        std::mem::forget(next);
+        for n in 1..=3 {
+            std::fs::remove_file(folder.join(format!("{n:020}.sst"))).unwrap();
+        }
+        assert_holds(&opened_after_a_reboot(dir.path()), 1..=4, 700).await;
+    }
+
+    #[tokio::test]
+    async fn a_journal_of_the_first_version_is_taken_over_at_its_next_epoch() {
+        let (dir, first) = store();
+        create(&first, &wal(1), body(1, 300)).await.unwrap();
+        drop(first);
+        let folder = dir.path().join("wal");
+        let header = header_of(&folder);
+        // As the first version left it: its header's magic, no mark.
+        let journal = OpenOptions::new()
+            .write(true)
+            .open(folder.join(JOURNAL_NAME))
+            .unwrap();
+        let mut old = header_bytes(header);
+        old[..8].copy_from_slice(PUBLISHED_AT_APPEND_MAGIC);
+        let sum = crc32fast::hash(&old[..32]);
+        old[32..].copy_from_slice(&sum.to_le_bytes());
+        journal.write_all_at(&old, 0).unwrap();
+        journal.write_all_at(&[0u8; MARK_LEN], MARK_AT as u64).unwrap();
+        let next = DirectLocal::new(dir.path()).unwrap();
+        create(&next, &wal(2), body(2, 300)).await.unwrap();
+        assert_eq!(header_of(&folder).epoch, header.epoch + 1);
+        assert_holds(&next, 1..=2, 300).await;
     }
 
     #[test]
     fn a_record_torn_by_a_crash_ends_the_journal_and_the_next_write_takes_its_place() {
         let (_dir, folder) = wal_folder();
-        let restore: Restore = Arc::new(|path: &Path, body: &[u8]| std::fs::write(path, body));
-        let publish = |name: &'static str, body: &'static [u8]| {
-            let path = folder.join(name);
-            move || {
-                std::fs::write(&path, body).map_err(|e| object_store::Error::Generic {
-                    store: "test",
-                    source: e.into(),
-                })
-            }
+        let writers = ObjectWriters {
+            restore: Arc::new(|path: &Path, body: &[u8]| std::fs::write(path, body)),
+            publish: Arc::new(|path: &Path, body: &[u8]| std::fs::write(path, body)),
         };
-        let journal = Journal::create(&folder, restore.clone()).unwrap();
+        let journal = Journal::create(&folder, writers.clone()).unwrap();
         let first = "00000000000000000001.sst";
-        journal
-            .write(first, b"one", publish(first, b"one"))
-            .unwrap();
+        journal.write(first, b"one").unwrap();
         // Another process's record, its head written and its body not.
         let tail = journal.lock().unwrap().offset;
         let torn = record_bytes(header_of(&folder).epoch, Kind::Object, "x.sst", b"torn");
@@ -710,21 +902,16 @@ mod tests {
             .write_all_at(&torn[..RECORD_HEAD], tail)
             .unwrap();
         let second = "00000000000000000002.sst";
-        journal
-            .write(second, b"two", publish(second, b"two"))
-            .unwrap();
+        journal.write(second, b"two").unwrap();
         let written = record_bytes(0, Kind::Object, second, b"two").len() as u64;
         assert_eq!(
             journal.lock().unwrap().offset,
             tail + written,
             "written over the torn one"
         );
-        drop(journal);
-        for name in [first, second] {
-            std::fs::remove_file(folder.join(name)).unwrap();
-        }
+        std::mem::forget(journal);
         as_after_a_reboot(&folder);
-        Journal::open(&folder, restore.clone()).unwrap().unwrap();
+        Journal::open(&folder, writers).unwrap().unwrap();
         assert_eq!(std::fs::read(folder.join(first)).unwrap(), b"one");
         assert_eq!(std::fs::read(folder.join(second)).unwrap(), b"two");
         assert!(!folder.join("x.sst").exists());

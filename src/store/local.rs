@@ -49,7 +49,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use super::journal::{Journal, JOURNALED_OBJECT_BYTES};
+use super::journal::{Journal, ObjectWriters, WriteObject, JOURNALED_OBJECT_BYTES};
 use super::spares::{holds_the_wal, Deleted, Spares};
 
 /// Reads up to this many bytes run on the caller's thread: a block, an
@@ -71,13 +71,13 @@ pub struct DirectLocal {
     /// `root` as an object path, to turn file names back into locations.
     root_location: Path,
     spares: Arc<Spares>,
-    /// The journal of each WAL folder this store has written or opened
-    /// ([`super::journal`]).
-    journals: Mutex<HashMap<PathBuf, Arc<Journal>>>,
+    journals: Arc<WalJournals>,
 }
 
 impl Drop for DirectLocal {
     fn drop(&mut self) {
+        // The journals publish what they hold as they close, into spares.
+        self.journals.close();
         self.spares.close();
     }
 }
@@ -87,12 +87,16 @@ impl DirectLocal {
         let fs = LocalFileSystem::new_with_prefix(dir)?.with_fsync(true);
         let root = std::fs::canonicalize(dir).map_err(|e| generic(dir, e))?;
         let root_location = Path::from_absolute_path(&root)?;
+        let spares = Arc::new(Spares::new());
         Ok(DirectLocal {
             fs,
             root,
             root_location,
-            spares: Arc::new(Spares::new()),
-            journals: Mutex::default(),
+            journals: Arc::new(WalJournals {
+                opened: Mutex::default(),
+                spares: spares.clone(),
+            }),
+            spares,
         })
     }
 
@@ -100,53 +104,11 @@ impl DirectLocal {
     /// `location` (a store's `wal` folder), before anything reads them.
     pub fn restore_wal(&self, location: &Path) -> object_store::Result<()> {
         let folder = self.fs.path_to_filesystem(location)?;
-        self.journal(&folder, false).map(drop)
+        self.journals.journal(&folder, false).map(drop)
     }
 
-    /// The journal of the WAL folder `folder`, opened on first use; made
-    /// there when `make` and it has none.
-    fn journal(
-        &self,
-        folder: &std::path::Path,
-        make: bool,
-    ) -> object_store::Result<Option<Arc<Journal>>> {
-        let mut journals = self
-            .journals
-            .lock()
-            .map_err(|_| generic(folder, std::io::Error::other("journals lock poisoned")))?;
-        if let Some(journal) = journals.get(folder) {
-            return Ok(Some(journal.clone()));
-        }
-        if super::journal::boot().is_none() {
-            return Ok(None);
-        }
-        let opened = if make {
-            create_folders(folder)?;
-            Journal::create(folder, self.restorer()).map(Some)
-        } else {
-            Journal::open(folder, self.restorer())
-        };
-        let opened = opened.map_err(|e| generic(folder, e))?.map(Arc::new);
-        if let Some(journal) = &opened {
-            journals.insert(folder.to_path_buf(), journal.clone());
-        }
-        Ok(opened)
-    }
-
-    /// How a journal writes an object back: synced, as it was acknowledged.
-    fn restorer(&self) -> super::journal::Restore {
-        let spares = self.spares.clone();
-        Arc::new(move |path: &std::path::Path, body: &[u8]| {
-            let payload = PutPayload::from(Bytes::copy_from_slice(body));
-            write_here(path, &payload, false, true, &spares)
-                .map(drop)
-                .map_err(std::io::Error::other)
-        })
-    }
-
-    /// Publishes a WAL object with one cache flush: its bytes journaled and
-    /// synced, then the object itself unsynced; `None` where the folder has
-    /// no journal to write.
+    /// Journals a WAL object with one cache flush, its file made with a
+    /// later batch; `None` where the folder has no journal to write.
     fn write_journaled(
         &self,
         path: &std::path::Path,
@@ -156,18 +118,36 @@ impl DirectLocal {
         else {
             return Ok(None);
         };
-        let Some(journal) = self.journal(folder, true)? else {
+        let Some(journal) = self.journals.journal(folder, true)? else {
             return Ok(None);
         };
         let body: Vec<u8> = payload
             .iter()
             .flat_map(|chunk| chunk.iter().copied())
             .collect();
-        journal
-            .write(name, &body, || {
-                write_here(path, payload, true, false, &self.spares)
-            })
-            .map(Some)
+        journal.write(name, &body)?;
+        // No file yet, so no e-tag: SlateDB reads none of a WAL write's.
+        Ok(Some(PutResult {
+            e_tag: None,
+            version: None,
+            extensions: Default::default(),
+        }))
+    }
+
+    /// Publishes what the journals of the WAL folders at or under `prefix`
+    /// hold, before a listing reads the folders.
+    fn publish_within(&self, prefix: Option<&Path>) -> object_store::Result<()> {
+        self.journals.publish_within(&self.folder(prefix)?)
+    }
+
+    /// Publishes what the journal of `location`'s folder holds, before the
+    /// object is read, deleted, copied or written other than by a journal.
+    fn publish_beside(&self, location: &Path) -> object_store::Result<()> {
+        let path = self.fs.path_to_filesystem(location)?;
+        match path.parent() {
+            Some(folder) => self.journals.publish_in(folder),
+            None => Ok(()),
+        }
     }
 
     fn folder(&self, prefix: Option<&Path>) -> object_store::Result<PathBuf> {
@@ -287,6 +267,109 @@ impl DirectLocal {
             attributes: Attributes::default(),
             extensions: Default::default(),
         }))
+    }
+}
+
+/// The journal of each WAL folder a store has written or opened
+/// ([`super::journal`]).
+struct WalJournals {
+    opened: Mutex<HashMap<PathBuf, Arc<Journal>>>,
+    /// What a journal's publications write into.
+    spares: Arc<Spares>,
+}
+
+impl WalJournals {
+    /// The journal of the WAL folder `folder`, opened on first use; made
+    /// there when `make` and it has none.
+    fn journal(
+        &self,
+        folder: &std::path::Path,
+        make: bool,
+    ) -> object_store::Result<Option<Arc<Journal>>> {
+        let mut opened = self.opened()?;
+        if let Some(journal) = opened.get(folder) {
+            return Ok(Some(journal.clone()));
+        }
+        if super::journal::boot().is_none() {
+            return Ok(None);
+        }
+        let journal = if make {
+            create_folders(folder)?;
+            Journal::create(folder, self.writers()).map(Some)
+        } else {
+            Journal::open(folder, self.writers())
+        };
+        let journal = journal.map_err(|e| generic(folder, e))?.map(Arc::new);
+        if let Some(journal) = &journal {
+            opened.insert(folder.to_path_buf(), journal.clone());
+        }
+        Ok(journal)
+    }
+
+    fn opened(
+        &self,
+    ) -> object_store::Result<std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<Journal>>>> {
+        self.opened
+            .lock()
+            .map_err(|_| generic(std::path::Path::new("wal"), std::io::Error::other("journals lock poisoned")))
+    }
+
+    /// How a journal writes an object: synced over what is there when it
+    /// restores one that was acknowledged, unsynced and create-if-absent
+    /// when it publishes one its synced records hold.
+    fn writers(&self) -> ObjectWriters {
+        let write = |create: bool, durable: bool| -> WriteObject {
+            let spares = self.spares.clone();
+            Arc::new(move |path: &std::path::Path, body: &[u8]| {
+                let payload = PutPayload::from(Bytes::copy_from_slice(body));
+                match write_here(path, &payload, create, durable, &spares) {
+                    Ok(_) => Ok(()),
+                    Err(object_store::Error::AlreadyExists { path, .. }) => {
+                        Err(std::io::Error::new(ErrorKind::AlreadyExists, path))
+                    }
+                    Err(e) => Err(std::io::Error::other(e)),
+                }
+            })
+        };
+        ObjectWriters {
+            restore: write(false, true),
+            publish: write(true, false),
+        }
+    }
+
+    /// Publishes what the journal of `folder` holds, if it is a WAL folder
+    /// with one.
+    fn publish_in(&self, folder: &std::path::Path) -> object_store::Result<()> {
+        if !holds_the_wal(folder) {
+            return Ok(());
+        }
+        match self.journal(folder, false)? {
+            Some(journal) => journal.publish(),
+            None => Ok(()),
+        }
+    }
+
+    /// Publishes what the journals of the WAL folders at or under `folder`
+    /// hold: `folder` itself, a store's `wal` in it, and any this store
+    /// opened deeper.
+    fn publish_within(&self, folder: &std::path::Path) -> object_store::Result<()> {
+        self.publish_in(folder)?;
+        self.publish_in(&folder.join(super::layout::WAL))?;
+        let deeper: Vec<Arc<Journal>> = self
+            .opened()?
+            .iter()
+            .filter(|(at, _)| at.starts_with(folder))
+            .map(|(_, journal)| journal.clone())
+            .collect();
+        deeper.iter().try_for_each(|journal| journal.publish())
+    }
+
+    /// Closes every journal this store opened, each publishing what it
+    /// holds.
+    fn close(&self) {
+        if let Ok(mut opened) = self.opened.lock() {
+            opened.clear();
+        }
     }
 }
 
@@ -528,9 +611,18 @@ impl ObjectStore for DirectLocal {
         let create = match opts.mode {
             PutMode::Overwrite => false,
             PutMode::Create => true,
-            PutMode::Update(_) => return self.fs.put_opts(location, payload, opts).await,
+            PutMode::Update(_) => {
+                self.publish_beside(location)?;
+                return self.fs.put_opts(location, payload, opts).await;
+            }
         };
-        if payload.content_length() > INLINE_WRITE_BYTES || !opts.attributes.is_empty() {
+        if !opts.attributes.is_empty() {
+            // Refused before anything is touched: SlateDB tries every create
+            // with its put-id attribute first, then again without.
+            return self.fs.put_opts(location, payload, opts).await;
+        }
+        if payload.content_length() > INLINE_WRITE_BYTES {
+            self.publish_beside(location)?;
             return self.fs.put_opts(location, payload, opts).await;
         }
         let path = self.fs.path_to_filesystem(location)?;
@@ -544,6 +636,7 @@ impl ObjectStore for DirectLocal {
                 return Ok(result);
             }
         }
+        self.publish_beside(location)?;
         write_here(&path, &payload, create, durable, &self.spares)
     }
 
@@ -552,6 +645,7 @@ impl ObjectStore for DirectLocal {
         location: &Path,
         opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.publish_beside(location)?;
         self.fs.put_multipart_opts(location, opts).await
     }
 
@@ -560,6 +654,7 @@ impl ObjectStore for DirectLocal {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
+        self.publish_beside(location)?;
         match self.read_here(location, &options)? {
             Some(result) => Ok(result),
             None => self.fs.get_opts(location, options).await,
@@ -570,14 +665,21 @@ impl ObjectStore for DirectLocal {
         &self,
         locations: BoxStream<'static, object_store::Result<Path>>,
     ) -> BoxStream<'static, object_store::Result<Path>> {
-        let (spares, fs) = (self.spares.clone(), self.fs.clone());
+        let (spares, fs, journals) = (
+            self.spares.clone(),
+            self.fs.clone(),
+            self.journals.clone(),
+        );
         // A rename and a truncate here, or `LocalFileSystem`'s removal.
         locations
             .then(move |location| {
-                let (spares, fs) = (spares.clone(), fs.clone());
+                let (spares, fs, journals) = (spares.clone(), fs.clone(), journals.clone());
                 async move {
                     let location = location?;
                     let path = fs.path_to_filesystem(&location)?;
+                    if let Some(folder) = path.parent() {
+                        journals.publish_in(folder)?;
+                    }
                     match spares.delete(&path) {
                         Ok(Deleted::Recycled) => Ok(location),
                         Ok(Deleted::NotKept) => fs.delete(&location).await.map(|()| location),
@@ -589,6 +691,9 @@ impl ObjectStore for DirectLocal {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        if let Err(e) = self.publish_within(prefix) {
+            return futures_util::stream::once(async move { Err(e) }).boxed();
+        }
         match self.list_here(prefix) {
             Ok(Some(objects)) => futures_util::stream::iter(objects.into_iter().map(Ok)).boxed(),
             Ok(None) => self.fs.list(prefix),
@@ -601,10 +706,14 @@ impl ObjectStore for DirectLocal {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        if let Err(e) = self.publish_within(prefix) {
+            return futures_util::stream::once(async move { Err(e) }).boxed();
+        }
         self.fs.list_with_offset(prefix, offset)
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.publish_within(prefix)?;
         match self.list_folder_here(prefix)? {
             Some(listing) => Ok(listing),
             None => self.fs.list_with_delimiter(prefix).await,
@@ -617,6 +726,8 @@ impl ObjectStore for DirectLocal {
         to: &Path,
         options: CopyOptions,
     ) -> object_store::Result<()> {
+        self.publish_beside(from)?;
+        self.publish_beside(to)?;
         self.fs.copy_opts(from, to, options).await
     }
 }
@@ -915,6 +1026,8 @@ mod tests {
         for i in 6..9 {
             put(i).await.unwrap();
         }
+        // Their files are made when the folder is next looked at.
+        direct.head(&wal(8)).await.unwrap();
         assert_eq!(direct.spares.ready(&folder), ahead + 1);
         assert_eq!(inodes(&files_in(&folder)), before);
         for i in 4..9 {
