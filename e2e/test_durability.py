@@ -222,6 +222,20 @@ def test_what_a_process_that_dies_left_unpublished_the_next_attach_sees(tmp):
     assert r.results()[-1] == [{"n": 41}], r.results()
 
 
+def test_a_reader_that_may_not_write_the_lake_is_refused_with_the_cause_and_loses_nothing(tmp):
+    """Every process that opens a lake can publish what a writer left journaled, because opening one needs
+    write access: SlateDB's reader pins its view with a checkpoint written into the manifest. A user without
+    it gets the cause at ATTACH, not a view without the journaled commits (design 0027). The official CLI
+    binary runs as the unprivileged user `nobody`."""
+    lake, attach = a_writer_that_dies(tmp, 40)
+    os.chmod(tmp, 0o755)
+    nobody = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", "HOME=/nonexistent")
+    r = run_cli(attach[:-1] + ", READ_ONLY);\nSELECT count(*) AS n FROM lake.t;\n", wrap=nobody)
+    assert r.rc != 0 and "Permission denied" in r.stderr, (r.rc, r.stdout, r.stderr)
+    r = run_cli(attach[:-1] + ", READ_ONLY);\nSELECT count(*) AS n, sum(id)::BIGINT AS s FROM lake.t;\n").ok()
+    assert r.results()[0] == [{"n": 40, "s": sum(range(40))}], r.results()
+
+
 def test_what_a_machine_crash_takes_of_acknowledged_commits_the_next_attach_restores(tmp):
     lake, attach = a_writer_that_dies(tmp, 40)
     epoch, records = read_journal(journal_of(lake))

@@ -119,11 +119,6 @@ pub struct Journal {
     folder: PathBuf,
     boot: [u8; 16],
     writers: ObjectWriters,
-    /// Whether this process may write the journal and its folder. One that
-    /// may not (a reader without write access, a read-only mount) publishes
-    /// nothing and restores nothing: it serves the objects that have no
-    /// file yet from their records ([`Journal::unpublished_objects`]).
-    writable: bool,
     /// What this process believes of the journal, under the epoch it last
     /// read; another process's appends, publications and new epochs are
     /// read again under the lock.
@@ -171,59 +166,25 @@ struct ReadHeader {
 
 impl Journal {
     /// The journal of `folder` if it has one, with what a crash of the
-    /// machine lost restored; `None` without one, or where it can be
-    /// neither written nor read. Where it can only be read, it is opened
-    /// for reading.
+    /// machine lost restored; `None` without one or where it cannot be
+    /// written (a read-only mount).
     pub fn open(folder: &Path, writers: ObjectWriters) -> std::io::Result<Option<Journal>> {
+        let Some(boot) = boot() else {
+            return Ok(None);
+        };
         let path = folder.join(JOURNAL_NAME);
         let file = match OpenOptions::new().read(true).write(true).open(&path) {
             Ok(file) => file,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(e)
-                if e.kind() == ErrorKind::PermissionDenied
-                    || e.raw_os_error() == Some(libc::EROFS) =>
-            {
-                return Journal::open_for_reading(folder, writers);
-            }
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::EROFS) => return Ok(None),
             Err(e) => return Err(context(&path, e)),
-        };
-        Journal::opened(folder, file, true, writers)
-    }
-
-    /// The journal of `folder` opened for reading only, as a process that
-    /// may not write the folder opens it; `None` without one or where it
-    /// cannot be read either.
-    pub fn open_for_reading(
-        folder: &Path,
-        writers: ObjectWriters,
-    ) -> std::io::Result<Option<Journal>> {
-        let path = folder.join(JOURNAL_NAME);
-        match File::open(&path) {
-            Ok(file) => Journal::opened(folder, file, false, writers),
-            Err(e)
-                if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::PermissionDenied =>
-            {
-                Ok(None)
-            }
-            Err(e) => Err(context(&path, e)),
-        }
-    }
-
-    fn opened(
-        folder: &Path,
-        file: File,
-        writable: bool,
-        writers: ObjectWriters,
-    ) -> std::io::Result<Option<Journal>> {
-        let Some(boot) = boot() else {
-            return Ok(None);
         };
         let journal = Journal {
             file,
             folder: folder.to_path_buf(),
             boot,
             writers,
-            writable,
             // Epoch 0 is no journal's: the first refresh finds the tail.
             tail: Mutex::new(Tail::of_epoch(0)),
         };
@@ -304,43 +265,11 @@ impl Journal {
     /// folder shows every object the journal holds: what a read, a listing
     /// or a delete in the folder does first.
     pub fn publish(&self) -> object_store::Result<()> {
-        if !self.writable {
-            return Ok(());
-        }
         let mut tail = self.lock().map_err(|e| self.error(e))?;
         let _held = self.flock().map_err(|e| self.error(e))?;
         self.refresh(&mut tail)
             .and_then(|()| self.publish_unpublished(&mut tail))
             .map_err(|e| self.error(e))
-    }
-
-    /// The objects journaled and not yet published, name and bytes, the
-    /// later record of a name winning: what a process that may not publish
-    /// them serves from here. Some may have their file by now.
-    pub fn unpublished_objects(&self) -> object_store::Result<Vec<(String, Vec<u8>)>> {
-        let mut tail = self.lock().map_err(|e| self.error(e))?;
-        let _held = self.flock().map_err(|e| self.error(e))?;
-        self.refresh(&mut tail).map_err(|e| self.error(e))?;
-        if tail.unpublished.is_empty() {
-            return Ok(Vec::new());
-        }
-        let records = self
-            .records_from(tail.epoch, tail.published, tail.offset)
-            .map_err(|e| self.error(e))?;
-        let mut latest: Vec<(String, Vec<u8>)> = Vec::new();
-        for record in records {
-            latest.retain(|(name, _)| *name != record.name);
-            if record.kind == Kind::Object {
-                latest.push((record.name, record.body));
-            }
-        }
-        Ok(latest)
-    }
-
-    /// Whether this process publishes the journal's objects itself, or
-    /// serves them from their records.
-    pub fn can_publish(&self) -> bool {
-        self.writable
     }
 
     fn lock(&self) -> std::io::Result<std::sync::MutexGuard<'_, Tail>> {
@@ -349,18 +278,10 @@ impl Journal {
             .map_err(|_| std::io::Error::other("the journal's lock is poisoned"))
     }
 
-    /// The lock every process writing the folder takes around an append or
-    /// a batch, and a reader around reading what has no file yet.
+    /// The lock every process writing the folder takes around an append.
     fn flock(&self) -> std::io::Result<Flock<'_>> {
         // SAFETY: `file` is an open descriptor for as long as the guard lives.
-        // A reader changes nothing; an exclusive lock may need a descriptor
-        // open for writing (flock over NFS).
-        let mode = if self.writable {
-            libc::LOCK_EX
-        } else {
-            libc::LOCK_SH
-        };
-        let locked = unsafe { libc::flock(self.file.as_raw_fd(), mode) };
+        let locked = unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX) };
         if locked != 0 {
             return Err(context(&self.path(), std::io::Error::last_os_error()));
         }
@@ -372,13 +293,12 @@ impl Journal {
     /// Takes the flock's holder.
     fn refresh(&self, tail: &mut Tail) -> std::io::Result<()> {
         let read = self.header()?;
-        let earlier_boot = read.header.boot != self.boot;
-        if earlier_boot && self.writable {
+        if read.header.boot != self.boot {
             self.recover(read.header)?;
             *tail = Tail::of_epoch(read.header.epoch + 1);
             return Ok(());
         }
-        if read.published_at_append && self.writable {
+        if read.published_at_append {
             // Every object has its file; `syncfs` makes them durable before
             // the records that would restore them are given up.
             self.checkpoint(tail, read.header.epoch)?;
@@ -392,10 +312,8 @@ impl Journal {
             tail.offset = end;
             tail.unpublished.extend(objects);
         }
-        // A reader that cannot restore takes every record of an earlier
-        // boot as possibly without its file.
-        let mark = read.mark.filter(|_| !earlier_boot);
-        tail.published = mark
+        tail.published = read
+            .mark
             .unwrap_or(HEADER_BYTES)
             .clamp(HEADER_BYTES, tail.offset);
         let published = tail.published;
@@ -916,55 +834,6 @@ mod tests {
             "{large:?}"
         );
         assert_holds(&writer, 6..=6, 500).await;
-    }
-
-    #[tokio::test]
-    async fn a_process_that_may_not_write_serves_what_has_no_file_from_the_journal() {
-        let (dir, writer) = store();
-        let folder = dir.path().join("wal");
-        for n in 1..=3 {
-            create(&writer, &wal(n), body(n, 600)).await.unwrap();
-        }
-        let reader = DirectLocal::reading_journals_only(dir.path()).unwrap();
-        let listed = || async {
-            let mut names: Vec<String> = reader
-                .list(None)
-                .map(|meta| meta.unwrap().location.to_string())
-                .collect::<Vec<_>>()
-                .await;
-            names.retain(|name| name.starts_with("wal/"));
-            names.sort();
-            names
-        };
-        // Read, headed, listed and ranged as if published, and nothing made.
-        assert_holds(&reader, 1..=3, 600).await;
-        assert_eq!(reader.head(&wal(2)).await.unwrap().size, 600);
-        let part = reader.get_range(&wal(3), 10..20).await.unwrap();
-        assert_eq!(part.as_ref(), &body(3, 600)[10..20]);
-        assert_eq!(
-            listed().await,
-            (1..=3).map(|n| wal(n).to_string()).collect::<Vec<_>>()
-        );
-        let offset = reader
-            .list_with_offset(Some(&object_store::path::Path::from("wal")), &wal(1))
-            .map(|meta| meta.unwrap().location.to_string())
-            .collect::<Vec<_>>()
-            .await;
-        assert_eq!(offset.len(), 2, "{offset:?}");
-        let folder_listing = reader
-            .list_with_delimiter(Some(&object_store::path::Path::from("wal")))
-            .await
-            .unwrap();
-        assert_eq!(folder_listing.objects.len(), 3);
-        assert!((1..=3).all(|n| !folder.join(format!("{n:020}.sst")).exists()));
-        // Once the writer publishes, each is listed once, from its file.
-        writer.head(&wal(1)).await.unwrap();
-        create(&writer, &wal(4), body(4, 600)).await.unwrap();
-        assert_eq!(
-            listed().await,
-            (1..=4).map(|n| wal(n).to_string()).collect::<Vec<_>>()
-        );
-        assert_holds(&reader, 1..=4, 600).await;
     }
 
     #[tokio::test]

@@ -95,25 +95,9 @@ impl DirectLocal {
             journals: Arc::new(WalJournals {
                 opened: Mutex::default(),
                 spares: spares.clone(),
-                reading_only: false,
             }),
             spares,
         })
-    }
-
-    /// A store over `dir` that opens its WAL journals for reading only, as a
-    /// process without write access to the lake does.
-    #[cfg(test)]
-    pub(super) fn reading_journals_only(
-        dir: &std::path::Path,
-    ) -> object_store::Result<DirectLocal> {
-        let mut store = DirectLocal::new(dir)?;
-        store.journals = Arc::new(WalJournals {
-            opened: Mutex::default(),
-            spares: store.spares.clone(),
-            reading_only: true,
-        });
-        Ok(store)
     }
 
     /// Restores what a crash of the machine lost of the WAL objects under
@@ -164,60 +148,6 @@ impl DirectLocal {
             Some(folder) => self.journals.publish_in(folder),
             None => Ok(()),
         }
-    }
-
-    /// What a listing of `prefix` adds where this process cannot publish:
-    /// the objects of the WAL folders at or under it that only their
-    /// journal holds.
-    fn journaled_only_within(
-        &self,
-        prefix: Option<&Path>,
-    ) -> object_store::Result<Vec<ObjectMeta>> {
-        let found = self.journals.unpublished_within(&self.folder(prefix)?)?;
-        found
-            .iter()
-            .map(|(path, body)| self.journaled_meta(path, body.len()))
-            .collect()
-    }
-
-    fn journaled_meta(
-        &self,
-        path: &std::path::Path,
-        size: usize,
-    ) -> object_store::Result<ObjectMeta> {
-        Ok(ObjectMeta {
-            location: self.location(path)?,
-            // Not older than the journal's record: no collection takes it.
-            last_modified: SystemTime::now().into(),
-            size: size as u64,
-            e_tag: None,
-            version: None,
-        })
-    }
-
-    /// The object at `location` served from its journal record, where it
-    /// has no file and this process cannot publish it; `None` otherwise.
-    fn read_journaled(
-        &self,
-        location: &Path,
-        options: &GetOptions,
-    ) -> object_store::Result<Option<GetResult>> {
-        let path = self.fs.path_to_filesystem(location)?;
-        let Some(folder) = path.parent() else {
-            return Ok(None);
-        };
-        let found = self.journals.unpublished_in(folder)?;
-        let Some((_, body)) = found.into_iter().find(|(at, _)| *at == path) else {
-            return Ok(None);
-        };
-        let meta = self.journaled_meta(&path, body.len())?;
-        let range = requested_range(&path, &meta, options)?;
-        let bytes = if options.head {
-            Bytes::new()
-        } else {
-            Bytes::from(body).slice(range.start as usize..range.end as usize)
-        };
-        Ok(Some(get_result(meta, range, bytes)))
     }
 
     fn folder(&self, prefix: Option<&Path>) -> object_store::Result<PathBuf> {
@@ -312,7 +242,16 @@ impl DirectLocal {
             return Err(io_error(&path, source));
         }
         let meta = object_meta(&metadata, location.clone());
-        let range = requested_range(&path, &meta, options)?;
+        options.check_preconditions(&meta)?;
+        let range = match &options.range {
+            Some(r) => r.as_range(meta.size).map_err(|e| {
+                generic(
+                    &path,
+                    std::io::Error::other(format!("Requested range was invalid: {e}")),
+                )
+            })?,
+            None => 0..meta.size,
+        };
         let bytes = if options.head {
             Bytes::new()
         } else if range.end - range.start > INLINE_READ_BYTES {
@@ -320,56 +259,14 @@ impl DirectLocal {
         } else {
             read_range(&file, &path, range.clone())?
         };
-        Ok(Some(get_result(meta, range, bytes)))
-    }
-}
-
-/// The bytes of `meta`'s object that `options` asks for, once its
-/// preconditions hold.
-fn requested_range(
-    path: &std::path::Path,
-    meta: &ObjectMeta,
-    options: &GetOptions,
-) -> object_store::Result<std::ops::Range<u64>> {
-    options.check_preconditions(meta)?;
-    match &options.range {
-        Some(r) => r.as_range(meta.size).map_err(|e| {
-            generic(
-                path,
-                std::io::Error::other(format!("Requested range was invalid: {e}")),
-            )
-        }),
-        None => Ok(0..meta.size),
-    }
-}
-
-/// A listing with the objects only a journal holds added, each once.
-fn with_journaled(
-    listed: BoxStream<'static, object_store::Result<ObjectMeta>>,
-    journaled: Vec<ObjectMeta>,
-) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-    if journaled.is_empty() {
-        return listed;
-    }
-    let names: std::collections::HashSet<Path> =
-        journaled.iter().map(|meta| meta.location.clone()).collect();
-    listed
-        .filter(move |meta| {
-            let listed_too = matches!(meta, Ok(meta) if names.contains(&meta.location));
-            std::future::ready(!listed_too)
-        })
-        .chain(futures_util::stream::iter(journaled.into_iter().map(Ok)))
-        .boxed()
-}
-
-fn get_result(meta: ObjectMeta, range: std::ops::Range<u64>, bytes: Bytes) -> GetResult {
-    let stream = futures_util::stream::once(async move { Ok(bytes) });
-    GetResult {
-        payload: GetResultPayload::Stream(Box::pin(stream)),
-        meta,
-        range,
-        attributes: Attributes::default(),
-        extensions: Default::default(),
+        let stream = futures_util::stream::once(async move { Ok(bytes) });
+        Ok(Some(GetResult {
+            payload: GetResultPayload::Stream(Box::pin(stream)),
+            meta,
+            range,
+            attributes: Attributes::default(),
+            extensions: Default::default(),
+        }))
     }
 }
 
@@ -379,9 +276,6 @@ struct WalJournals {
     opened: Mutex<HashMap<PathBuf, Arc<Journal>>>,
     /// What a journal's publications write into.
     spares: Arc<Spares>,
-    /// Opens every journal for reading only (tests: as root, no file is
-    /// out of reach).
-    reading_only: bool,
 }
 
 impl WalJournals {
@@ -399,9 +293,7 @@ impl WalJournals {
         if super::journal::boot().is_none() {
             return Ok(None);
         }
-        let journal = if self.reading_only {
-            Journal::open_for_reading(folder, self.writers())
-        } else if make {
+        let journal = if make {
             create_folders(folder)?;
             Journal::create(folder, self.writers()).map(Some)
         } else {
@@ -461,57 +353,18 @@ impl WalJournals {
     }
 
     /// Publishes what the journals of the WAL folders at or under `folder`
-    /// hold.
+    /// hold: `folder` itself, a store's `wal` in it, and any this store
+    /// opened deeper.
     fn publish_within(&self, folder: &std::path::Path) -> object_store::Result<()> {
-        self.wal_folders_within(folder)?
+        self.publish_in(folder)?;
+        self.publish_in(&folder.join(super::layout::WAL))?;
+        let deeper: Vec<Arc<Journal>> = self
+            .opened()?
             .iter()
-            .try_for_each(|wal| self.publish_in(wal))
-    }
-
-    /// The objects the journal of `folder` holds without a file, where this
-    /// process cannot publish them: each one's path and bytes.
-    fn unpublished_in(
-        &self,
-        folder: &std::path::Path,
-    ) -> object_store::Result<Vec<(PathBuf, Vec<u8>)>> {
-        if !holds_the_wal(folder) {
-            return Ok(Vec::new());
-        }
-        let journal = match self.journal(folder, false)? {
-            Some(journal) if !journal.can_publish() => journal,
-            _ => return Ok(Vec::new()),
-        };
-        let objects = journal.unpublished_objects()?;
-        Ok(objects
-            .into_iter()
-            .map(|(name, body)| (folder.join(name), body))
-            .filter(|(path, _)| std::fs::symlink_metadata(path).is_err())
-            .collect())
-    }
-
-    /// [`WalJournals::unpublished_in`] over the WAL folders at or under
-    /// `folder`.
-    fn unpublished_within(
-        &self,
-        folder: &std::path::Path,
-    ) -> object_store::Result<Vec<(PathBuf, Vec<u8>)>> {
-        let mut found = Vec::new();
-        for wal in self.wal_folders_within(folder)? {
-            found.extend(self.unpublished_in(&wal)?);
-        }
-        Ok(found)
-    }
-
-    /// The WAL folders a listing of `folder` may meet: `folder` itself, a
-    /// store's `wal` in it, and any whose journal this store opened deeper.
-    fn wal_folders_within(&self, folder: &std::path::Path) -> object_store::Result<Vec<PathBuf>> {
-        let mut folders = vec![folder.to_path_buf(), folder.join(super::layout::WAL)];
-        for at in self.opened()?.keys() {
-            if at.starts_with(folder) && !folders.contains(at) {
-                folders.push(at.clone());
-            }
-        }
-        Ok(folders)
+            .filter(|(at, _)| at.starts_with(folder))
+            .map(|(_, journal)| journal.clone())
+            .collect();
+        deeper.iter().try_for_each(|journal| journal.publish())
     }
 
     /// Closes every journal this store opened, each publishing what it
@@ -805,13 +658,9 @@ impl ObjectStore for DirectLocal {
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
         self.publish_beside(location)?;
-        match self.read_here(location, &options) {
-            Ok(Some(result)) => Ok(result),
-            Ok(None) => self.fs.get_opts(location, options).await,
-            Err(e @ object_store::Error::NotFound { .. }) => {
-                self.read_journaled(location, &options)?.ok_or(e)
-            }
-            Err(e) => Err(e),
+        match self.read_here(location, &options)? {
+            Some(result) => Ok(result),
+            None => self.fs.get_opts(location, options).await,
         }
     }
 
@@ -841,19 +690,14 @@ impl ObjectStore for DirectLocal {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let journaled = match self
-            .publish_within(prefix)
-            .and_then(|()| self.journaled_only_within(prefix))
-        {
-            Ok(journaled) => journaled,
-            Err(e) => return futures_util::stream::once(async move { Err(e) }).boxed(),
-        };
-        let listed = match self.list_here(prefix) {
+        if let Err(e) = self.publish_within(prefix) {
+            return futures_util::stream::once(async move { Err(e) }).boxed();
+        }
+        match self.list_here(prefix) {
             Ok(Some(objects)) => futures_util::stream::iter(objects.into_iter().map(Ok)).boxed(),
             Ok(None) => self.fs.list(prefix),
-            Err(e) => return futures_util::stream::once(async move { Err(e) }).boxed(),
-        };
-        with_journaled(listed, journaled)
+            Err(e) => futures_util::stream::once(async move { Err(e) }).boxed(),
+        }
     }
 
     fn list_with_offset(
@@ -861,34 +705,18 @@ impl ObjectStore for DirectLocal {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let journaled = match self
-            .publish_within(prefix)
-            .and_then(|()| self.journaled_only_within(prefix))
-        {
-            Ok(journaled) => journaled,
-            Err(e) => return futures_util::stream::once(async move { Err(e) }).boxed(),
-        };
-        let journaled = journaled
-            .into_iter()
-            .filter(|meta| meta.location > *offset)
-            .collect();
-        with_journaled(self.fs.list_with_offset(prefix, offset), journaled)
+        if let Err(e) = self.publish_within(prefix) {
+            return futures_util::stream::once(async move { Err(e) }).boxed();
+        }
+        self.fs.list_with_offset(prefix, offset)
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
         self.publish_within(prefix)?;
-        let mut listing = match self.list_folder_here(prefix)? {
-            Some(listing) => listing,
-            None => self.fs.list_with_delimiter(prefix).await?,
-        };
-        let folder = self.folder(prefix)?;
-        for (path, body) in self.journals.unpublished_in(&folder)? {
-            let meta = self.journaled_meta(&path, body.len())?;
-            if !listing.objects.iter().any(|m| m.location == meta.location) {
-                listing.objects.push(meta);
-            }
+        match self.list_folder_here(prefix)? {
+            Some(listing) => Ok(listing),
+            None => self.fs.list_with_delimiter(prefix).await,
         }
-        Ok(listing)
     }
 
     async fn copy_opts(
