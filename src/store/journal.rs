@@ -278,7 +278,7 @@ impl Journal {
             .map_err(|_| std::io::Error::other("the journal's lock is poisoned"))
     }
 
-    /// The lock every process writing the folder takes around an append.
+    /// The lock every process takes around an append or a batch.
     fn flock(&self) -> std::io::Result<Flock<'_>> {
         // SAFETY: `file` is an open descriptor for as long as the guard lives.
         let locked = unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX) };
