@@ -140,14 +140,10 @@ impl DirectLocal {
         self.journals.publish_within(&self.folder(prefix)?)
     }
 
-    /// Publishes what the journal of `location`'s folder holds, before the
-    /// object is read, deleted, copied or written other than by a journal.
+    /// [`WalJournals::publish_beside`] for an object's location.
     fn publish_beside(&self, location: &Path) -> object_store::Result<()> {
-        let path = self.fs.path_to_filesystem(location)?;
-        match path.parent() {
-            Some(folder) => self.journals.publish_in(folder),
-            None => Ok(()),
-        }
+        self.journals
+            .publish_beside(&self.fs.path_to_filesystem(location)?)
     }
 
     fn folder(&self, prefix: Option<&Path>) -> object_store::Result<PathBuf> {
@@ -227,26 +223,26 @@ impl DirectLocal {
         Ok((!staged).then(|| object_meta(metadata, location)))
     }
 
-    /// The object at `location`, read here when it is small enough; `None`
-    /// when the read is to go to `LocalFileSystem`.
+    /// The object at `location` (the file `path`), read here when it is
+    /// small enough; `None` when the read is to go to `LocalFileSystem`.
     fn read_here(
         &self,
         location: &Path,
+        path: &std::path::Path,
         options: &GetOptions,
     ) -> object_store::Result<Option<GetResult>> {
-        let path = self.fs.path_to_filesystem(location)?;
-        let file = File::open(&path).map_err(|e| io_error(&path, e))?;
-        let metadata = file.metadata().map_err(|e| generic(&path, e))?;
+        let file = File::open(path).map_err(|e| io_error(path, e))?;
+        let metadata = file.metadata().map_err(|e| generic(path, e))?;
         if metadata.is_dir() {
             let source = std::io::Error::new(ErrorKind::NotFound, "is a directory");
-            return Err(io_error(&path, source));
+            return Err(io_error(path, source));
         }
         let meta = object_meta(&metadata, location.clone());
         options.check_preconditions(&meta)?;
         let range = match &options.range {
             Some(r) => r.as_range(meta.size).map_err(|e| {
                 generic(
-                    &path,
+                    path,
                     std::io::Error::other(format!("Requested range was invalid: {e}")),
                 )
             })?,
@@ -257,7 +253,7 @@ impl DirectLocal {
         } else if range.end - range.start > INLINE_READ_BYTES {
             return Ok(None);
         } else {
-            read_range(&file, &path, range.clone())?
+            read_range(&file, path, range.clone())?
         };
         let stream = futures_util::stream::once(async move { Ok(bytes) });
         Ok(Some(GetResult {
@@ -352,19 +348,27 @@ impl WalJournals {
         }
     }
 
+    /// Publishes what the journal of the file `path`'s folder holds, before
+    /// the object is read, deleted, copied or written other than by a
+    /// journal.
+    fn publish_beside(&self, path: &std::path::Path) -> object_store::Result<()> {
+        match path.parent() {
+            Some(folder) => self.publish_in(folder),
+            None => Ok(()),
+        }
+    }
+
     /// Publishes what the journals of the WAL folders at or under `folder`
-    /// hold: `folder` itself, a store's `wal` in it, and any this store
-    /// opened deeper.
+    /// hold, each once: `folder` itself, a store's `wal` in it, and any
+    /// this store opened deeper.
     fn publish_within(&self, folder: &std::path::Path) -> object_store::Result<()> {
-        self.publish_in(folder)?;
-        self.publish_in(&folder.join(super::layout::WAL))?;
-        let deeper: Vec<Arc<Journal>> = self
-            .opened()?
-            .iter()
-            .filter(|(at, _)| at.starts_with(folder))
-            .map(|(_, journal)| journal.clone())
-            .collect();
-        deeper.iter().try_for_each(|journal| journal.publish())
+        let mut folders = vec![folder.to_path_buf(), folder.join(super::layout::WAL)];
+        for at in self.opened()?.keys() {
+            if at.starts_with(folder) && !folders.contains(at) {
+                folders.push(at.clone());
+            }
+        }
+        folders.iter().try_for_each(|wal| self.publish_in(wal))
     }
 
     /// Closes every journal this store opened, each publishing what it
@@ -624,11 +628,11 @@ impl ObjectStore for DirectLocal {
             // with its put-id attribute first, then again without.
             return self.fs.put_opts(location, payload, opts).await;
         }
+        let path = self.fs.path_to_filesystem(location)?;
         if payload.content_length() > INLINE_WRITE_BYTES {
-            self.publish_beside(location)?;
+            self.journals.publish_beside(&path)?;
             return self.fs.put_opts(location, payload, opts).await;
         }
-        let path = self.fs.path_to_filesystem(location)?;
         let durable = opts.extensions.get::<ForLiveProcesses>().is_none();
         let journaled = create
             && durable
@@ -639,7 +643,7 @@ impl ObjectStore for DirectLocal {
                 return Ok(result);
             }
         }
-        self.publish_beside(location)?;
+        self.journals.publish_beside(&path)?;
         write_here(&path, &payload, create, durable, &self.spares)
     }
 
@@ -657,8 +661,9 @@ impl ObjectStore for DirectLocal {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
-        self.publish_beside(location)?;
-        match self.read_here(location, &options)? {
+        let path = self.fs.path_to_filesystem(location)?;
+        self.journals.publish_beside(&path)?;
+        match self.read_here(location, &path, &options)? {
             Some(result) => Ok(result),
             None => self.fs.get_opts(location, options).await,
         }
@@ -676,9 +681,7 @@ impl ObjectStore for DirectLocal {
                 async move {
                     let location = location?;
                     let path = fs.path_to_filesystem(&location)?;
-                    if let Some(folder) = path.parent() {
-                        journals.publish_in(folder)?;
-                    }
+                    journals.publish_beside(&path)?;
                     match spares.delete(&path) {
                         Ok(Deleted::Recycled) => Ok(location),
                         Ok(Deleted::NotKept) => fs.delete(&location).await.map(|()| location),
