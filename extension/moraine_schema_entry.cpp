@@ -16,6 +16,22 @@ MoraineSchemaEntry::~MoraineSchemaEntry() {
 	}
 }
 
+shared_ptr<MoraineTableEntry> MoraineSchemaEntry::SharedTable(const string &name) {
+	lock_guard<mutex> guard(shared_tables_lock);
+	auto found = shared_tables.find(name);
+	return found == shared_tables.end() ? nullptr : found->second;
+}
+
+void MoraineSchemaEntry::ShareTable(const string &name, shared_ptr<MoraineTableEntry> entry) {
+	lock_guard<mutex> guard(shared_tables_lock);
+	shared_tables[name] = std::move(entry);
+}
+
+void MoraineSchemaEntry::ForgetTable(const string &name) {
+	lock_guard<mutex> guard(shared_tables_lock);
+	shared_tables.erase(name);
+}
+
 static MoraineTransaction &TransactionOf(CatalogTransaction transaction, Catalog &catalog) {
 	if (!transaction.HasContext()) {
 		throw NotImplementedException("a moraine catalog needs a client context");

@@ -6,6 +6,7 @@
 
 #include "duckdb/catalog/catalog_entry/schema_catalog_entry.hpp"
 #include "moraine.h"
+#include "moraine_table_entry.hpp"
 
 namespace duckdb {
 
@@ -39,9 +40,19 @@ public:
 	void DropEntry(ClientContext &context, DropInfo &info) override;
 	void Alter(CatalogTransaction transaction, AlterInfo &info) override;
 
+	//! The entry a transaction last built for table `name`, or null. Entries are shared across transactions, as
+	//! DuckDB's own catalog shares them, so that a commit does not rebuild the entry of every table it touches;
+	//! each transaction checks the entry's stamp against what it sees before it uses one.
+	shared_ptr<MoraineTableEntry> SharedTable(const string &name);
+	void ShareTable(const string &name, shared_ptr<MoraineTableEntry> entry);
+	//! Forgets the entry of a table a transaction found gone.
+	void ForgetTable(const string &name);
+
 private:
 	MoraineDb *handle;
 	bool owned;
+	mutex shared_tables_lock;
+	case_insensitive_map_t<shared_ptr<MoraineTableEntry>> shared_tables;
 };
 
 } // namespace duckdb

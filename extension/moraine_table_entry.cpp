@@ -6,8 +6,9 @@
 namespace duckdb {
 
 MoraineTableEntry::MoraineTableEntry(Catalog &catalog, SchemaCatalogEntry &schema, CreateTableInfo &info,
-                                     MoraineTableHandle handle_p, vector<MoraineTransfer> transfers_p)
-    : TableCatalogEntry(catalog, schema, info), transfers(std::move(transfers_p)), handle(std::move(handle_p)) {
+                                     MoraineTableHandle handle_p, vector<MoraineTransfer> transfers_p, uint64_t stamp_p)
+    : TableCatalogEntry(catalog, schema, info), transfers(std::move(transfers_p)), stamp(stamp_p),
+      handle(std::move(handle_p)) {
 }
 
 unique_ptr<BaseStatistics> MoraineTableEntry::GetStatistics(ClientContext &context, column_t column_id) {

@@ -11,10 +11,13 @@ namespace duckdb {
 class MoraineTableEntry : public TableCatalogEntry {
 public:
 	MoraineTableEntry(Catalog &catalog, SchemaCatalogEntry &schema, CreateTableInfo &info, MoraineTableHandle handle,
-	                  vector<MoraineTransfer> transfers);
+	                  vector<MoraineTransfer> transfers, uint64_t stamp);
 
 	//! How each column's cells cross the ABI.
 	vector<MoraineTransfer> transfers;
+	//! The core's stamp of the columns this entry was built from: a later transaction whose lookup of the same
+	//! name reports it uses this entry instead of building its own.
+	const uint64_t stamp;
 
 	const MoraineTableDesc *Handle() const {
 		return handle.get();

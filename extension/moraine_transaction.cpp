@@ -50,16 +50,39 @@ MoraineTableEntry *MoraineTransaction::GetTable(ClientContext &context, MoraineS
                                                 const string &name) {
 	auto txn = TxnFor(schema);
 	lock_guard<mutex> guard(lock);
-	auto cached = entries.find(EntryKey(schema, name));
+	auto key = EntryKey(schema, name);
+	auto cached = entries.find(key);
 	if (cached != entries.end()) {
 		return cached->second.get();
 	}
+	auto shared = schema.SharedTable(name);
+	uint64_t stamp = 0;
 	MoraineTableDesc *found = nullptr;
-	MoraineCall([&](char **err) { return moraine_txn_lookup(txn, name.c_str(), &found, err); });
-	if (!found) {
+	MoraineCall([&](char **err) {
+		return moraine_txn_lookup(txn, name.c_str(), shared ? shared->stamp : 0, &stamp, &found, err);
+	});
+	if (stamp == 0) {
+		if (shared) {
+			schema.ForgetTable(name);
+		}
 		return nullptr;
 	}
-	MoraineTableHandle desc(found);
+	if (!found) {
+		if (!shared || shared->stamp != stamp) {
+			throw IOException("moraine: the lookup of table %s described no table", name);
+		}
+		entries[key] = shared;
+		return shared.get();
+	}
+	auto entry = BuildTable(context, schema, name, MoraineTableHandle(found), stamp);
+	schema.ShareTable(name, entry);
+	entries[key] = entry;
+	return entry.get();
+}
+
+shared_ptr<MoraineTableEntry> MoraineTransaction::BuildTable(ClientContext &context, MoraineSchemaEntry &schema,
+                                                             const string &name, MoraineTableHandle desc,
+                                                             uint64_t stamp) {
 	CreateTableInfo info(schema, moraine_table_desc_name(desc.get()));
 	vector<MoraineTransfer> transfers;
 	auto count = moraine_table_desc_column_count(desc.get());
@@ -79,10 +102,7 @@ MoraineTableEntry *MoraineTransaction::GetTable(ClientContext &context, MoraineS
 		info.columns.AddColumn(ColumnDefinition(col_name, std::move(type)));
 		transfers.push_back(transfer);
 	}
-	auto entry = make_uniq<MoraineTableEntry>(catalog, schema, info, std::move(desc), std::move(transfers));
-	auto result = entry.get();
-	entries[EntryKey(schema, name)] = std::move(entry);
-	return result;
+	return make_shared_ptr<MoraineTableEntry>(catalog, schema, info, std::move(desc), std::move(transfers), stamp);
 }
 
 vector<string> MoraineTransaction::ListTables(MoraineSchemaEntry &schema) {

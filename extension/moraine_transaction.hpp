@@ -38,16 +38,19 @@ private:
 	//! The Rust transaction on the store behind `schema`, begun at first use.
 	MoraineTxn *TxnFor(MoraineSchemaEntry &schema);
 	MoraineTxn *TxnFor(MoraineTableEntry &table);
+	//! A new entry for table `name` from the core's description of it.
+	shared_ptr<MoraineTableEntry> BuildTable(ClientContext &context, MoraineSchemaEntry &schema, const string &name,
+	                                         MoraineTableHandle desc, uint64_t stamp);
 
 	MoraineCatalog &catalog;
 	//! One Rust transaction per schema store this transaction touched.
 	vector<pair<MoraineDb *, MoraineTxn *>> txns;
 	mutex txns_lock;
 	mutex lock;
-	//! Entries bound in this transaction, keyed by schema and table name. Entries are
-	//! kept (never freed early) because bound plans hold references to them.
-	case_insensitive_map_t<unique_ptr<MoraineTableEntry>> entries;
-	vector<unique_ptr<MoraineTableEntry>> retired;
+	//! Entries bound in this transaction, keyed by schema and table name, most of them shared with other
+	//! transactions. Each is held (never let go early) because bound plans hold references to it.
+	case_insensitive_map_t<shared_ptr<MoraineTableEntry>> entries;
+	vector<shared_ptr<MoraineTableEntry>> retired;
 };
 
 } // namespace duckdb

@@ -14,6 +14,7 @@ use crate::store::value::CellRef;
 use crate::store::{Store, StoreSettings, StoreUri};
 use std::collections::HashMap;
 use std::ffi::{c_char, CStr, CString};
+use std::hash::{Hash, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -495,20 +496,38 @@ fn describe(info: TableInfo) -> Result<MoraineTableDesc> {
     })
 }
 
-/// Looks a table up; writes null to `desc_out` when it does not exist.
+/// A number for a table's columns, the same in every transaction while they are: the shim keeps the entry it
+/// built for a table across transactions and rebuilds it only when this changes. Never 0, which says "none".
+fn definition_stamp(info: &TableInfo) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    for column in &info.columns {
+        column.name.hash(&mut hasher);
+        column.type_name.hash(&mut hasher);
+        (column.transfer as u8).hash(&mut hasher);
+    }
+    hasher.finish() | 1
+}
+
+/// Looks a table up. Writes its definition stamp to `stamp_out`, 0 when the table does not exist; writes a new
+/// handle to `desc_out` unless the table does not exist or its stamp is `known`, the stamp of the entry the shim
+/// already holds for that name (then null).
 #[no_mangle]
 pub extern "C" fn moraine_txn_lookup(
     txn: *mut MoraineTxn,
     name: *const c_char,
+    known: u64,
+    stamp_out: *mut u64,
     desc_out: *mut *mut MoraineTableDesc,
     err: *mut *mut c_char,
 ) -> Status {
     guarded(err, || {
         let name = text(name, "table name")?;
         let info = on_staged(txn, async |s| s.lookup(name).await)?;
+        let stamp = info.as_ref().map_or(0, definition_stamp);
+        write(stamp_out, stamp, "stamp out-pointer")?;
         match info {
-            Some(info) => out(desc_out, describe(info)?),
-            None => {
+            Some(info) if stamp != known => out(desc_out, describe(info)?),
+            _ => {
                 if !desc_out.is_null() {
                     // SAFETY: checked non-null.
                     unsafe { *desc_out = std::ptr::null_mut() };
