@@ -119,6 +119,7 @@ vector<string> MoraineTransaction::ListTables(MoraineSchemaEntry &schema) {
 
 void MoraineTransaction::CreateTable(MoraineSchemaEntry &schema, const string &name, const vector<string> &names,
                                      const vector<string> &types, bool if_not_exists) {
+	Wrote();
 	auto txn = TxnFor(schema);
 	lock_guard<mutex> guard(lock);
 	vector<const char *> name_ptrs;
@@ -139,6 +140,7 @@ void MoraineTransaction::CreateTable(MoraineSchemaEntry &schema, const string &n
 }
 
 void MoraineTransaction::DropTable(MoraineSchemaEntry &schema, const string &name, bool if_exists) {
+	Wrote();
 	auto txn = TxnFor(schema);
 	lock_guard<mutex> guard(lock);
 	MoraineCall([&](char **err) { return moraine_txn_drop_table(txn, name.c_str(), if_exists, err); });
@@ -161,32 +163,63 @@ MoraineScan *MoraineTransaction::Scan(MoraineTableEntry &table, const vector<Mor
 	return scan;
 }
 
-idx_t MoraineTransaction::RowCount(MoraineTableEntry &table) {
-	auto txn = TxnFor(table);
-	uint64_t count = 0;
-	MoraineCall([&](char **err) { return moraine_txn_row_count(txn, table.Handle(), &count, err); });
-	return count;
+void MoraineTransaction::Wrote() {
+	lock_guard<mutex> guard(known_stats_lock);
+	known_stats.clear();
 }
 
-MoraineIntStats MoraineTransaction::IntStats(MoraineTableEntry &table, idx_t column) {
-	auto txn = TxnFor(table);
-	MoraineIntStats stats {};
-	MoraineCall([&](char **err) { return moraine_txn_int_stats(txn, table.Handle(), column, &stats, err); });
+template <class F>
+MoraineIntStats MoraineTransaction::KnownOr(MoraineTableEntry &table, idx_t column, F compute) {
+	{
+		lock_guard<mutex> guard(known_stats_lock);
+		for (auto &known : known_stats) {
+			if (known.table == table.Handle() && known.column == column) {
+				return known.stats;
+			}
+		}
+	}
+	auto stats = compute();
+	lock_guard<mutex> guard(known_stats_lock);
+	known_stats.push_back(KnownStats {table.Handle(), column, stats});
 	return stats;
 }
 
+idx_t MoraineTransaction::RowCount(MoraineTableEntry &table) {
+	auto counted = KnownOr(table, ROW_COUNT, [&]() {
+		auto txn = TxnFor(table);
+		uint64_t count = 0;
+		MoraineCall([&](char **err) { return moraine_txn_row_count(txn, table.Handle(), &count, err); });
+		MoraineIntStats stats {};
+		stats.rows = count;
+		return stats;
+	});
+	return counted.rows;
+}
+
+MoraineIntStats MoraineTransaction::IntStats(MoraineTableEntry &table, idx_t column) {
+	return KnownOr(table, column, [&]() {
+		auto txn = TxnFor(table);
+		MoraineIntStats stats {};
+		MoraineCall([&](char **err) { return moraine_txn_int_stats(txn, table.Handle(), column, &stats, err); });
+		return stats;
+	});
+}
+
 void MoraineTransaction::Insert(MoraineTableEntry &table, idx_t rows, idx_t columns, const MoraineCell *cells) {
+	Wrote();
 	auto txn = TxnFor(table);
 	MoraineCall([&](char **err) { return moraine_txn_insert(txn, table.Handle(), rows, columns, cells, err); });
 }
 
 void MoraineTransaction::Delete(MoraineTableEntry &table, const vector<int64_t> &rowids) {
+	Wrote();
 	auto txn = TxnFor(table);
 	MoraineCall([&](char **err) { return moraine_txn_delete(txn, table.Handle(), rowids.size(), rowids.data(), err); });
 }
 
 void MoraineTransaction::Update(MoraineTableEntry &table, const vector<int64_t> &rowids, const vector<idx_t> &columns,
                                 const MoraineCell *cells) {
+	Wrote();
 	auto txn = TxnFor(table);
 	vector<size_t> cols(columns.begin(), columns.end());
 	MoraineCall([&](char **err) {

@@ -51,6 +51,23 @@ private:
 	//! transactions. Each is held (never let go early) because bound plans hold references to it.
 	case_insensitive_map_t<shared_ptr<MoraineTableEntry>> entries;
 	vector<shared_ptr<MoraineTableEntry>> retired;
+	//! DuckDB's optimizer asks for the same counts and column statistics again and again while it plans one
+	//! statement (six times per column for a plain scan); they are kept here until this transaction next writes,
+	//! since only its own writes change what its scans see. Keyed by table handle and column (`ROW_COUNT` for
+	//! the row count).
+	struct KnownStats {
+		const MoraineTableDesc *table;
+		idx_t column;
+		MoraineIntStats stats;
+	};
+	static constexpr idx_t ROW_COUNT = DConstants::INVALID_INDEX;
+	vector<KnownStats> known_stats;
+	mutex known_stats_lock;
+	//! Forgets the statistics above; every write of this transaction calls it.
+	void Wrote();
+	//! The statistics of `column` (or the row count) known for `table`, else those `compute` returns, kept.
+	template <class F>
+	MoraineIntStats KnownOr(MoraineTableEntry &table, idx_t column, F compute);
 };
 
 } // namespace duckdb
