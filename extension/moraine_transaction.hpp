@@ -52,7 +52,7 @@ private:
 	case_insensitive_map_t<shared_ptr<MoraineTableEntry>> entries;
 	vector<shared_ptr<MoraineTableEntry>> retired;
 	//! DuckDB's optimizer asks for the same counts and column statistics again and again while it plans one
-	//! statement (six times per column for a plain scan); they are kept here until this transaction next writes,
+	//! statement (about five times per column for a plain scan); they are kept here until this transaction next writes,
 	//! since only its own writes change what its scans see. Keyed by table handle and column (`ROW_COUNT` for
 	//! the row count).
 	struct KnownStats {
