@@ -60,6 +60,12 @@ pub struct IntStats {
     pub nulls: u64,
     /// The least and greatest non-NULL value; `None` when every cell is NULL.
     pub range: Option<(i64, i64)>,
+    /// Whether every cell is an integer no smaller than the one before it.
+    /// A scan then finds the rows inside a bound by bisection instead of
+    /// reading every row: `ducklake_snapshot` and `ducklake_snapshot_changes`
+    /// grow by a row a commit, in `snapshot_id` order, and every commit looks
+    /// one snapshot up in each.
+    pub ascending: bool,
 }
 
 /// Statistics by column, computed on first request; a clone starts empty.
@@ -74,8 +80,13 @@ impl IntStats {
             ..self
         };
         match cell {
-            CellRef::Null => stats.nulls += 1,
+            CellRef::Null => {
+                stats.nulls += 1;
+                stats.ascending = false;
+            }
             CellRef::Int(v) => {
+                // While the cells ascend, the greatest is the last.
+                stats.ascending &= stats.range.is_none_or(|(_, hi)| hi <= v);
                 stats.range = Some(
                     stats
                         .range
@@ -222,11 +233,18 @@ impl Rows {
         stats
     }
 
+    /// Whether `column` holds only integers, each no smaller than the one
+    /// before it ([`IntStats::ascending`]).
+    pub fn ascending(&self, column: usize) -> bool {
+        self.int_stats(column).is_some_and(|s| s.ascending)
+    }
+
     fn count_column(&self, column: usize) -> Option<IntStats> {
         let none = IntStats {
             rows: 0,
             nulls: 0,
             range: None,
+            ascending: true,
         };
         if let (None, None, Some(columns)) = (self.decoded.get(), &self.packed, &self.columns) {
             if column < columns.width() {
