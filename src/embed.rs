@@ -197,7 +197,7 @@ impl Catalog {
             return Ok(());
         }
         for kind in Kind::ALL {
-            tx.create_table(kind.def().name, catalog::fixed_columns(kind), true)
+            tx.create_table(kind.def().name, catalog::fixed_columns(kind).to_vec(), true)
                 .await?;
         }
         let now = std::time::SystemTime::now()

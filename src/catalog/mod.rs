@@ -20,6 +20,7 @@ use crate::store::{ReadView, Store, StoreSettings, StoreUri};
 use crate::{catalog_row, column};
 pub use kinds::{Kind, Lifecycle, Reclaim, SysRecord, TableDef, TABLES};
 pub use rows::Rows;
+use std::sync::{Arc, OnceLock};
 pub use types::{Cell, ColumnType, Row};
 
 /// A table the shim can bind: one of the fixed kinds or an instance of an
@@ -111,7 +112,19 @@ impl ColumnDesc {
     }
 }
 
-pub fn fixed_columns(kind: Kind) -> Vec<ColumnDesc> {
+/// The columns of a fixed kind's table, described once per process: every
+/// lookup of a metadata table by a statement's binder names them.
+pub fn fixed_columns(kind: Kind) -> Arc<[ColumnDesc]> {
+    static DESCRIBED: OnceLock<Vec<Arc<[ColumnDesc]>>> = OnceLock::new();
+    let described =
+        DESCRIBED.get_or_init(|| Kind::ALL.iter().map(|&k| describe_fixed(k)).collect());
+    match described.get(usize::from(kind.tag()) - 1) {
+        Some(columns) => columns.clone(),
+        None => describe_fixed(kind),
+    }
+}
+
+fn describe_fixed(kind: Kind) -> Arc<[ColumnDesc]> {
     kind.def()
         .columns
         .iter()

@@ -499,8 +499,25 @@ fn describe(info: TableInfo) -> Result<MoraineTableDesc> {
 /// A number for a table's columns, the same in every transaction while they are: the shim keeps the entry it
 /// built for a table across transactions and rebuilds it only when this changes. Never 0, which says "none".
 fn definition_stamp(info: &TableInfo) -> u64 {
+    if let TableRef::Fixed(kind) = info.table {
+        // A fixed kind's columns never change: stamped once per process.
+        static STAMPED: OnceLock<Vec<u64>> = OnceLock::new();
+        let stamped = STAMPED.get_or_init(|| {
+            catalog::Kind::ALL
+                .iter()
+                .map(|&k| stamp_columns(&catalog::fixed_columns(k)))
+                .collect()
+        });
+        if let Some(&stamp) = stamped.get(usize::from(kind.tag()) - 1) {
+            return stamp;
+        }
+    }
+    stamp_columns(&info.columns)
+}
+
+fn stamp_columns(columns: &[catalog::ColumnDesc]) -> u64 {
     let mut hasher = std::hash::DefaultHasher::new();
-    for column in &info.columns {
+    for column in columns {
         column.name.hash(&mut hasher);
         column.type_name.hash(&mut hasher);
         (column.transfer as u8).hash(&mut hasher);

@@ -353,7 +353,7 @@ impl std::ops::Deref for StagedOps {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableInfo {
     pub table: TableRef,
-    pub columns: Vec<ColumnDesc>,
+    pub columns: Arc<[ColumnDesc]>,
 }
 
 impl StagedTransaction {
@@ -439,12 +439,12 @@ impl StagedTransaction {
                 .inline
                 .schemas
                 .get(&(table_id, schema_version))
-                .map(|user| inline::data_columns(user)),
+                .map(|user| inline::data_columns(user).into()),
             TableRef::InlineDelete { table_id } => pinned
                 .inline
                 .delete_tables
                 .contains(&table_id)
-                .then(inline::delete_columns),
+                .then(|| inline::delete_columns().into()),
         };
         if matches!(table, TableRef::Fixed(_)) {
             return Ok(columns.map(|columns| TableInfo { table, columns }));
@@ -454,7 +454,7 @@ impl StagedTransaction {
                 StagedOp::CreateTable {
                     table: t,
                     columns: c,
-                } if *t == table => columns = Some(c.clone()),
+                } if *t == table => columns = Some(c.as_slice().into()),
                 StagedOp::DropTable { table: t } if *t == table => columns = None,
                 _ => {}
             }
@@ -528,8 +528,9 @@ impl StagedTransaction {
         }
         let columns = match table {
             TableRef::Fixed(kind) => {
-                validate_columns(name, &columns, &catalog::fixed_columns(kind))?;
-                catalog::fixed_columns(kind)
+                let fixed = catalog::fixed_columns(kind);
+                validate_columns(name, &columns, &fixed)?;
+                fixed.to_vec()
             }
             TableRef::InlineData { .. } => {
                 let system = inline::data_columns(&[]);
