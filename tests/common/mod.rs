@@ -55,7 +55,7 @@ pub async fn bootstrap(store: &Arc<Store>) {
         "an empty store has no tables"
     );
     for kind in Kind::ALL {
-        tx.create_table(kind.def().name, fixed_columns(kind), false)
+        tx.create_table(kind.def().name, fixed_columns(kind).to_vec(), false)
             .await
             .unwrap();
     }
