@@ -116,20 +116,20 @@ impl ColumnDesc {
 /// lookup of a metadata table by a statement's binder names them.
 pub fn fixed_columns(kind: Kind) -> Arc<[ColumnDesc]> {
     static DESCRIBED: OnceLock<Vec<Arc<[ColumnDesc]>>> = OnceLock::new();
-    let described =
-        DESCRIBED.get_or_init(|| Kind::ALL.iter().map(|&k| describe_fixed(k)).collect());
-    match described.get(usize::from(kind.tag()) - 1) {
-        Some(columns) => columns.clone(),
-        None => describe_fixed(kind),
-    }
-}
-
-fn describe_fixed(kind: Kind) -> Arc<[ColumnDesc]> {
-    kind.def()
-        .columns
-        .iter()
-        .map(|c| ColumnDesc::catalog(c.name, c.ty))
-        .collect()
+    let described = DESCRIBED.get_or_init(|| {
+        Kind::ALL
+            .iter()
+            .map(|k| {
+                k.def()
+                    .columns
+                    .iter()
+                    .map(|c| ColumnDesc::catalog(c.name, c.ty))
+                    .collect()
+            })
+            .collect()
+    });
+    // In kind order, as `Kind::def` indexes TABLES.
+    described[kind as usize].clone()
 }
 
 /// Where a row of a fixed kind is stored.

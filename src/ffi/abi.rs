@@ -508,9 +508,8 @@ fn definition_stamp(info: &TableInfo) -> u64 {
                 .map(|&k| stamp_columns(&catalog::fixed_columns(k)))
                 .collect()
         });
-        if let Some(&stamp) = stamped.get(usize::from(kind.tag()) - 1) {
-            return stamp;
-        }
+        // In kind order, as `Kind::def` indexes TABLES.
+        return stamped[kind as usize];
     }
     stamp_columns(&info.columns)
 }
