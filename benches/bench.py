@@ -151,7 +151,7 @@ ATTACH_SAMPLES = 15
 EARLY_HISTORY = 100
 # Expiries of each grown lake, each from a copy of it; their median is reported. The cleanup after an expiry
 # is one statement of about 9 ms, nearly all DuckLake reloading its schema, and with 11 samples its median
-# moved by up to 9 % between runs of the same build; 21 keep that within the few per cent the ratio is read to.
+# moved by up to 9 % between runs of the same build, more than the margin the ratio is read to; 21 narrow that.
 EXPIRY_SAMPLES = 21
 
 
