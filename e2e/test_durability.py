@@ -24,6 +24,8 @@ PUBLISH = re.compile(r'^\d+\s+(?:link|linkat|rename|renameat2?)\((?:[^,]*, )?"(?
                      r'(?:[^,]*, )?"(?P<dst>[^"]+)"')
 DONE = re.compile(r"= 0$")
 JOURNAL = "journal#0"
+# The folders whose objects are journaled (`layout::JOURNALED`).
+JOURNALED = ("wal", "manifest")
 
 
 def trace(tmp, sql):
@@ -73,7 +75,7 @@ def unsynced_publishes(calls, under):
             unsynced_on_purpose.append(dst)
             continue
         earlier = sum(1 for p in journaled if os.path.dirname(p) == folder)
-        if os.path.basename(folder) == "wal" and journal_syncs.get(folder, 0) > earlier:
+        if os.path.basename(folder) in JOURNALED and journal_syncs.get(folder, 0) > earlier:
             journaled.append(dst)
             continue
         published.append(dst)
@@ -156,8 +158,8 @@ def test_every_commit_makes_one_cache_flush(tmp):
         objects, bursts, syncs.count(JOURNAL))
 
 
-def journal_of(lake):
-    return os.path.join(lake, "catalog", "wal", JOURNAL)
+def journal_of(lake, folder="wal"):
+    return os.path.join(lake, "catalog", folder, JOURNAL)
 
 
 def read_journal(path):
@@ -238,38 +240,45 @@ def test_a_reader_that_may_not_write_the_lake_is_refused_with_the_cause_and_lose
 
 def test_what_a_machine_crash_takes_of_acknowledged_commits_the_next_attach_restores(tmp):
     lake, attach = a_writer_that_dies(tmp, 40)
-    epoch, records = read_journal(journal_of(lake))
-    objects = [name for kind, name, _ in records if kind == 1]
-    assert len(objects) >= 40, objects
+    journaled = {}  # folder: (epoch, records)
+    for folder in JOURNALED:
+        journaled[folder] = read_journal(journal_of(lake, folder))
+    objects = {folder: [name for kind, name, _ in records if kind == 1]
+               for folder, (_, records) in journaled.items()}
+    assert len(objects["wal"]) >= 40, objects
+    # The attach's manifest, which fenced the writer before it (design 0029).
+    assert objects["manifest"], objects
     # What the page cache held and a power cut took: names without bytes, bytes cut short, an older
     # object's block under a new name. The objects nobody looked for since they were journaled have no
     # file yet (design 0027): those a power cut takes whole.
-    folder = os.path.dirname(journal_of(lake))
-    for i, name in enumerate(objects):
-        path = os.path.join(folder, name)
-        if not os.path.exists(path):
-            continue
-        if i % 3 == 0:
-            os.remove(path)
-        elif i % 3 == 1:
-            open(path, "wb").close()
-        else:
-            size = os.path.getsize(path)
-            with open(path, "wb") as f:
-                f.write(b"\0" * size)
-    as_after_a_reboot(journal_of(lake))
-    # A reader's attach restores them, before SlateDB replays the WAL.
+    for folder, names in objects.items():
+        for i, name in enumerate(names):
+            path = os.path.join(os.path.dirname(journal_of(lake, folder)), name)
+            if not os.path.exists(path):
+                continue
+            if i % 3 == 0:
+                os.remove(path)
+            elif i % 3 == 1:
+                open(path, "wb").close()
+            else:
+                size = os.path.getsize(path)
+                with open(path, "wb") as f:
+                    f.write(b"\0" * size)
+        as_after_a_reboot(journal_of(lake, folder))
+    # A reader's attach restores them, before SlateDB reads the manifest and replays the WAL.
     r = run_cli(attach[:-1] + ", READ_ONLY);\nSELECT count(*) AS n, sum(id)::BIGINT AS s FROM lake.t;\n").ok()
     assert r.results()[0] == [{"n": 40, "s": sum(range(40))}], r.results()
-    for kind, name, body in records:
-        if kind == 1:
-            with open(os.path.join(folder, name), "rb") as f:
-                assert f.read() == body, name
+    for folder, (_, records) in journaled.items():
+        for kind, name, body in records:
+            if kind == 1:
+                with open(os.path.join(os.path.dirname(journal_of(lake, folder)), name), "rb") as f:
+                    assert f.read() == body, (folder, name)
     r = run_cli(attach + ";\nINSERT INTO lake.t VALUES (40);\nSELECT count(*) AS n FROM lake.t;\n").ok()
     assert r.results()[-1] == [{"n": 41}], r.results()
-    next_epoch, _ = read_journal(journal_of(lake))
-    assert next_epoch == epoch + 1
     with open("/proc/sys/kernel/random/boot_id") as f:
         boot = bytes.fromhex(f.read().strip().replace("-", ""))
-    with open(journal_of(lake), "rb") as f:
-        assert f.read(32)[16:32] == boot
+    for folder, (epoch, _) in journaled.items():
+        next_epoch, _ = read_journal(journal_of(lake, folder))
+        assert next_epoch == epoch + 1, folder
+        with open(journal_of(lake, folder), "rb") as f:
+            assert f.read(32)[16:32] == boot, folder

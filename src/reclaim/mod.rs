@@ -32,13 +32,14 @@ impl PhysicalUsage {
     }
 
     /// The bytes history can grow and collection can give back: all but the
-    /// WAL journal's, a file of a fixed size.
+    /// journals', files of a fixed size.
     pub fn history_bytes(&self) -> u64 {
         self.bytes() - self.by_type.get(JOURNAL_TYPE).map_or(0, |(_, b)| *b)
     }
 }
 
-/// The physical type of a local store's WAL journal.
+/// The physical type of a local store's journals, the WAL's and the
+/// manifests'.
 const JOURNAL_TYPE: &str = "journal";
 
 /// An object's physical type: by the SlateDB folder it lies in.
@@ -66,8 +67,8 @@ pub async fn physical_usage(store: &Store) -> Result<PhysicalUsage> {
         entry.0 += 1;
         entry.1 += meta.size;
     }
-    if let Some(bytes) = store.wal_journal_bytes() {
-        usage.by_type.insert(JOURNAL_TYPE.to_string(), (1, bytes));
+    if let Some(files) = store.journal_files() {
+        usage.by_type.insert(JOURNAL_TYPE.to_string(), files);
     }
     Ok(usage)
 }

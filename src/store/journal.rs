@@ -1,5 +1,8 @@
-//! The WAL folder's journal on a local store: one cache flush per commit,
-//! and no file made per commit.
+//! A folder's journal on a local store: one cache flush per commit, and no
+//! file made per commit. The WAL folder has one, and so does the manifest
+//! folder, whose manifest every read-write attach writes to fence the
+//! writer before it ([design 0029](../../docs/design/0029-manifests-journaled.md)).
+//! What follows says WAL object; a manifest goes the same way.
 //!
 //! Publishing a WAL object durably takes two flushes of the disk's cache:
 //! the object's bytes, then the folder that gained its name. DuckDB's own
@@ -737,7 +740,7 @@ mod tests {
     fn opened_after_a_reboot(dir: &Path) -> DirectLocal {
         as_after_a_reboot(&dir.join("wal"));
         let next = DirectLocal::new(dir).unwrap();
-        next.restore_wal(&Location::from("wal")).unwrap();
+        next.restore(&Location::from("wal")).unwrap();
         next
     }
 
@@ -989,11 +992,31 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn objects_outside_the_wal_and_large_ones_are_not_journaled() {
-        let (dir, store) = store();
+    async fn a_manifest_is_journaled_and_what_a_crash_loses_of_it_restored() {
+        let (dir, first) = store();
         let manifest = Location::from("manifest/00000000000000000001.manifest");
-        create(&store, &manifest, body(1, 100)).await.unwrap();
-        assert!(!dir.path().join("manifest").join(JOURNAL_NAME).exists());
+        create(&first, &manifest, body(1, 900)).await.unwrap();
+        let folder = dir.path().join("manifest");
+        assert!(folder.join(JOURNAL_NAME).exists());
+        // Published by the next look at the folder, unsynced.
+        let read = first.get(&manifest).await.unwrap().bytes().await.unwrap();
+        assert_eq!(read.as_ref(), body(1, 900).as_slice());
+        drop(first);
+        // A power cut left the name without its bytes.
+        std::fs::write(folder.join("00000000000000000001.manifest"), b"").unwrap();
+        as_after_a_reboot(&folder);
+        let next = DirectLocal::new(dir.path()).unwrap();
+        next.restore(&Location::from("manifest")).unwrap();
+        let restored = next.get(&manifest).await.unwrap().bytes().await.unwrap();
+        assert_eq!(restored.as_ref(), body(1, 900).as_slice());
+    }
+
+    #[tokio::test]
+    async fn objects_outside_the_journaled_folders_and_large_ones_are_not_journaled() {
+        let (dir, store) = store();
+        let sst = Location::from("compacted/01JAAAAAAAAAAAAAAAAAAAAAAA.sst");
+        create(&store, &sst, body(1, 100)).await.unwrap();
+        assert!(!dir.path().join("compacted").join(JOURNAL_NAME).exists());
         create(&store, &wal(1), body(1, JOURNALED_OBJECT_BYTES + 1))
             .await
             .unwrap();

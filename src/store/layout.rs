@@ -23,3 +23,8 @@ pub const GC: &str = "gc";
 /// The folders whose objects are each written once under a name never used
 /// again, and deleted only by the collector.
 pub const WRITE_ONCE: [&str; 4] = [WAL, COMPACTED, MANIFEST, COMPACTIONS];
+
+/// The write-once folders whose small objects a local store journals
+/// (design 0022): the WAL, written at every commit, and the manifests, one
+/// of which every read-write attach writes to fence the writer before it.
+pub const JOURNALED: [&str; 2] = [WAL, MANIFEST];

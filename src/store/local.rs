@@ -50,7 +50,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use super::journal::{Journal, ObjectWriters, WriteObject, JOURNALED_OBJECT_BYTES};
-use super::spares::{holds_the_wal, Deleted, Spares};
+use super::spares::{is_journaled, Deleted, Spares};
 
 /// Reads up to this many bytes run on the caller's thread: a block, an
 /// index, a manifest or a WAL object of a catalog. A larger read would hold
@@ -71,7 +71,7 @@ pub struct DirectLocal {
     /// `root` as an object path, to turn file names back into locations.
     root_location: Path,
     spares: Arc<Spares>,
-    journals: Arc<WalJournals>,
+    journals: Arc<Journals>,
 }
 
 impl Drop for DirectLocal {
@@ -92,7 +92,7 @@ impl DirectLocal {
             fs,
             root,
             root_location,
-            journals: Arc::new(WalJournals {
+            journals: Arc::new(Journals {
                 opened: Mutex::default(),
                 spares: spares.clone(),
             }),
@@ -100,15 +100,17 @@ impl DirectLocal {
         })
     }
 
-    /// Restores what a crash of the machine lost of the WAL objects under
-    /// `location` (a store's `wal` folder), before anything reads them.
-    pub fn restore_wal(&self, location: &Path) -> object_store::Result<()> {
+    /// Restores what a crash of the machine lost of the journaled objects
+    /// under `location` (a store's `wal` or `manifest` folder), before
+    /// anything reads them.
+    pub fn restore(&self, location: &Path) -> object_store::Result<()> {
         let folder = self.fs.path_to_filesystem(location)?;
         self.journals.journal(&folder, false).map(drop)
     }
 
-    /// Journals a WAL object with one cache flush, its file made with a
-    /// later batch; `None` where the folder has no journal to write.
+    /// Journals a WAL object or a manifest with one cache flush, its file
+    /// made with a later batch; `None` where the folder has no journal to
+    /// write.
     fn write_journaled(
         &self,
         path: &std::path::Path,
@@ -126,7 +128,8 @@ impl DirectLocal {
             .flat_map(|chunk| chunk.iter().copied())
             .collect();
         journal.write(name, &body)?;
-        // No file yet, so no e-tag: SlateDB reads none of a WAL write's.
+        // No file yet, so no e-tag: SlateDB reads none of a WAL object's or a
+        // manifest's.
         Ok(Some(PutResult {
             e_tag: None,
             version: None,
@@ -134,13 +137,13 @@ impl DirectLocal {
         }))
     }
 
-    /// Publishes what the journals of the WAL folders at or under `prefix`
-    /// hold, before a listing reads the folders.
+    /// Publishes what the journals of the journaled folders at or under
+    /// `prefix` hold, before a listing reads the folders.
     fn publish_within(&self, prefix: Option<&Path>) -> object_store::Result<()> {
         self.journals.publish_within(&self.folder(prefix)?)
     }
 
-    /// [`WalJournals::publish_beside`] for an object's location.
+    /// [`Journals::publish_beside`] for an object's location.
     fn publish_beside(&self, location: &Path) -> object_store::Result<()> {
         self.journals
             .publish_beside(&self.fs.path_to_filesystem(location)?)
@@ -266,16 +269,16 @@ impl DirectLocal {
     }
 }
 
-/// The journal of each WAL folder a store has written or opened
-/// ([`super::journal`]).
-struct WalJournals {
+/// The journal of each journaled folder a store has written or opened
+/// ([`super::journal`], [`super::layout::JOURNALED`]).
+struct Journals {
     opened: Mutex<HashMap<PathBuf, Arc<Journal>>>,
     /// What a journal's publications write into.
     spares: Arc<Spares>,
 }
 
-impl WalJournals {
-    /// The journal of the WAL folder `folder`, opened on first use; made
+impl Journals {
+    /// The journal of the journaled folder `folder`, opened on first use; made
     /// there when `make` and it has none.
     fn journal(
         &self,
@@ -336,10 +339,10 @@ impl WalJournals {
         }
     }
 
-    /// Publishes what the journal of `folder` holds, if it is a WAL folder
-    /// with one.
+    /// Publishes what the journal of `folder` holds, if it is a journaled
+    /// folder with one.
     fn publish_in(&self, folder: &std::path::Path) -> object_store::Result<()> {
-        if !holds_the_wal(folder) {
+        if !is_journaled(folder) {
             return Ok(());
         }
         match self.journal(folder, false)? {
@@ -358,11 +361,12 @@ impl WalJournals {
         }
     }
 
-    /// Publishes what the journals of the WAL folders at or under `folder`
-    /// hold, each once: `folder` itself, a store's `wal` in it, and any
-    /// this store opened deeper.
+    /// Publishes what the journals of the journaled folders at or under
+    /// `folder` hold, each once: `folder` itself, a store's `wal` and
+    /// `manifest` in it, and any this store opened deeper.
     fn publish_within(&self, folder: &std::path::Path) -> object_store::Result<()> {
-        let mut folders = vec![folder.to_path_buf(), folder.join(super::layout::WAL)];
+        let mut folders = vec![folder.to_path_buf()];
+        folders.extend(super::layout::JOURNALED.map(|name| folder.join(name)));
         for at in self.opened()?.keys() {
             if at.starts_with(folder) && !folders.contains(at) {
                 folders.push(at.clone());
@@ -637,7 +641,7 @@ impl ObjectStore for DirectLocal {
         let journaled = create
             && durable
             && payload.content_length() <= JOURNALED_OBJECT_BYTES
-            && path.parent().is_some_and(holds_the_wal);
+            && path.parent().is_some_and(is_journaled);
         if journaled {
             if let Some(result) = self.write_journaled(&path, &payload)? {
                 return Ok(result);
@@ -801,7 +805,8 @@ mod tests {
     #[tokio::test]
     async fn create_if_absent_refuses_an_existing_object_and_leaves_nothing_staged() {
         let (dir, direct, _fs) = both();
-        let location = Path::from("manifest/00000000000000000007.manifest");
+        // A folder without a journal: this is the staged write's create.
+        let location = Path::from("compacted/00000000000000000007.sst");
         let create = || PutOptions::from(PutMode::Create);
         direct
             .put_opts(&location, PutPayload::from("first"), create())
@@ -815,11 +820,11 @@ mod tests {
             "{again:?}"
         );
         assert_eq!(read(&direct, &location, None).await, Bytes::from("first"));
-        let names: Vec<_> = std::fs::read_dir(dir.path().join("manifest"))
+        let names: Vec<_> = std::fs::read_dir(dir.path().join("compacted"))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
-        assert_eq!(names, vec!["00000000000000000007.manifest"]);
+        assert_eq!(names, vec!["00000000000000000007.sst"]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -261,17 +261,22 @@ impl Store {
         &self.root
     }
 
-    /// The size of a local store's WAL journal ([`journal`]), a file no
-    /// listing shows; `None` on other back-ends or before the first commit.
-    pub fn wal_journal_bytes(&self) -> Option<u64> {
+    /// How many journals a local store holds ([`journal`], one per folder of
+    /// [`layout::JOURNALED`] that was written) and their bytes, files no
+    /// listing shows; `None` on other back-ends or before the first write.
+    pub fn journal_files(&self) -> Option<(u64, u64)> {
         let StoreUri::Local(dir) = &self.uri else {
             return None;
         };
-        let path = dir
-            .join(self.root.as_ref())
-            .join(layout::WAL)
-            .join(journal::JOURNAL_NAME);
-        std::fs::metadata(path).ok().map(|m| m.len())
+        let root = dir.join(self.root.as_ref());
+        let sizes: Vec<u64> = layout::JOURNALED
+            .iter()
+            .filter_map(|folder| {
+                std::fs::metadata(root.join(folder).join(journal::JOURNAL_NAME)).ok()
+            })
+            .map(|m| m.len())
+            .collect();
+        (!sizes.is_empty()).then(|| (sizes.len() as u64, sizes.iter().sum()))
     }
 
     pub fn is_read_only(&self) -> bool {

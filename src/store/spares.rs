@@ -52,8 +52,9 @@ pub const MOST_SPARES_PER_FOLDER: usize = 16_384;
 /// room for a flush's manifest and SST writes that come in a burst.
 pub const SPARES_AHEAD: usize = 4;
 
-pub(super) fn holds_the_wal(folder: &Path) -> bool {
-    folder_name(folder) == Some(super::layout::WAL)
+/// Whether `folder` is one whose small creates go through its journal.
+pub(super) fn is_journaled(folder: &Path) -> bool {
+    folder_name(folder).is_some_and(|name| super::layout::JOURNALED.contains(&name))
 }
 
 fn folder_name(folder: &Path) -> Option<&str> {

@@ -101,10 +101,14 @@ impl StoreUri {
                     .map_err(|e| Error::store(format!("creating {}", dir.display()), e))?;
                 let fs = super::local::DirectLocal::new(dir)
                     .map_err(|e| Error::store(format!("opening {}", dir.display()), e))?;
-                fs.restore_wal(&self.root_path().join(super::layout::WAL))
-                    .map_err(|e| {
-                        Error::store(format!("restoring the WAL journal of {}", dir.display()), e)
+                for folder in super::layout::JOURNALED {
+                    fs.restore(&self.root_path().join(folder)).map_err(|e| {
+                        Error::store(
+                            format!("restoring the {folder} journal of {}", dir.display()),
+                            e,
+                        )
                     })?;
+                }
                 Ok(Arc::new(fs))
             }
             StoreUri::Memory(name) => {
