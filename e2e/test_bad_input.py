@@ -39,6 +39,34 @@ def test_read_only_attach_of_an_empty_location_explains_itself(tmp):
     assert r.rc != 0 and "no moraine store at" in r.stderr and "READ_ONLY" in r.stderr, r.stderr
 
 
+def _files(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
+
+
+def test_a_store_whose_manifests_were_lost_is_refused_and_left_as_it_was(tmp):
+    """A copy of a lake that left out `catalog/manifest/` (or emptied it): a read-write ATTACH must not open it as a
+    new, empty lake, nor write a new store among the old objects. It fails, writes nothing, and once the manifests
+    are back the lake is whole."""
+    lake = os.path.join(tmp, "lake")
+    harness.run_cli("ATTACH 'ducklake:moraine:%s' AS lake (DATA_PATH '%s/data/');\n"
+                    "CREATE TABLE lake.t AS SELECT range AS x FROM range(10);\n" % (lake, tmp)).ok()
+    manifests = os.path.join(lake, "catalog", "manifest")
+    kept = os.path.join(tmp, "manifests")
+    shutil.copytree(manifests, kept)
+    for emptied in (False, True):
+        shutil.rmtree(manifests, ignore_errors=True)
+        if emptied:
+            os.mkdir(manifests)
+        before = _files(lake)
+        for extra in ("", ", READ_ONLY"):
+            r = attach(lake, extra=extra)
+            assert r.rc != 0 and "no manifest" in r.stderr and "Restore the manifests" in r.stderr, r.stderr
+            assert _files(lake) == before, sorted(set(_files(lake)) ^ set(before))
+    shutil.rmtree(manifests)
+    shutil.copytree(kept, manifests)
+    assert attach(lake).ok().results()[-1] == [{"n": 10}]
+
+
 def _overwrite_middle(path):
     with open(path, "rb") as f:
         data = bytearray(f.read())

@@ -592,7 +592,10 @@ const STORE_ENTRIES: [&str; 8] = [
 /// A location with a SlateDB manifest is a store (whatever else lies beside
 /// it); one without a manifest must hold nothing but what a store's first
 /// open leaves behind, or SlateDB would start a new database among foreign
-/// objects.
+/// objects. SlateDB's own objects without a manifest are a store whose
+/// manifests were lost (a copy or sync that left them out): opened, it
+/// would look like a new, empty lake, and its first writes would bury what
+/// the restored manifests should find.
 async fn check_location(
     uri: &StoreUri,
     object_store: &Arc<dyn ObjectStore>,
@@ -608,15 +611,53 @@ async fn check_location(
         .chain(listing.objects.iter().map(|o| &o.location))
         .filter_map(|p| p.filename().map(str::to_string))
         .collect();
-    if names.iter().any(|n| n == layout::MANIFEST) {
+    let present = |folder: &str| names.iter().any(|n| n == folder);
+    if present(layout::MANIFEST) && holds_objects(uri, object_store, root, layout::MANIFEST).await?
+    {
         return Ok(true);
     }
-    match names.iter().find(|n| !STORE_ENTRIES.contains(&n.as_str())) {
-        Some(name) => Err(Error::InvalidArgument(format!(
+    if let Some(name) = names.iter().find(|n| !STORE_ENTRIES.contains(&n.as_str())) {
+        return Err(Error::InvalidArgument(format!(
             "{uri} is not a moraine store: it holds {root}/{name} but no SlateDB manifest. Point the \
              ATTACH at an empty location or an existing moraine store"
-        ))),
+        )));
+    }
+    for folder in [
+        layout::WAL,
+        layout::COMPACTED,
+        layout::COMPACTIONS,
+        layout::CHECKPOINTS,
+    ] {
+        if present(folder) && holds_objects(uri, object_store, root, folder).await? {
+            return Err(Error::Corruption(format!(
+                "{uri} holds a moraine store's {folder} objects but no manifest: its {root}/{} folder is \
+                 missing or empty, as after a copy that left it out. Nothing was written. Restore the \
+                 manifests from a whole copy of the lake",
+                layout::MANIFEST
+            )));
+        }
+    }
+    Ok(false)
+}
+
+/// Whether `folder` under `root` holds an object. On a local store a folder
+/// can be there and empty; on an object store a prefix is there only while
+/// an object is, so the listing already said so.
+async fn holds_objects(
+    uri: &StoreUri,
+    object_store: &Arc<dyn ObjectStore>,
+    root: &Path,
+    folder: &str,
+) -> Result<bool> {
+    if !matches!(uri, StoreUri::Local(_)) {
+        return Ok(true);
+    }
+    use futures_util::StreamExt;
+    let prefix = root.clone().join(folder);
+    match object_store.list(Some(&prefix)).next().await {
         None => Ok(false),
+        Some(Ok(_)) => Ok(true),
+        Some(Err(e)) => Err(Error::store(format!("listing {uri}/{prefix}"), e)),
     }
 }
 
