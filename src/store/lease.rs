@@ -120,13 +120,18 @@ fn host_identity() -> String {
 }
 
 /// A process's start time from `/proc/<pid>/stat` (field 22), or `None`
-/// when no such process runs.
+/// when no such process runs. A zombie runs no more: killed, it holds
+/// nothing but its exit status until its parent reaps it, which a parent
+/// busy elsewhere may not do for a long time.
 fn process_start(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: count
     // fields after its closing parenthesis.
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    if matches!(fields.next()?, "Z" | "X" | "x") {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 fn now_seconds() -> u64 {
@@ -871,5 +876,33 @@ mod tests {
             ..me
         };
         assert!(ended.is_gone_from_this_host(), "no such process");
+    }
+
+    #[test]
+    fn a_holder_that_died_and_waits_to_be_reaped_is_gone() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .unwrap();
+        let holder = Holder {
+            pid: child.id(),
+            started: process_start(child.id()).expect("the child runs"),
+            ..Holder::new_instance()
+        };
+        assert!(!holder.is_gone_from_this_host(), "the child still runs");
+        let state = |pid: u32| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            stat[stat.rfind(')').unwrap() + 2..].chars().next().unwrap()
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while state(child.id()) != 'Z' {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child never ended"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(holder.is_gone_from_this_host(), "a zombie runs no more");
+        child.wait().unwrap();
     }
 }
