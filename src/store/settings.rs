@@ -101,6 +101,9 @@ impl Default for StoreSettings {
     }
 }
 
+/// The longest time any option takes: ten years.
+const MOST_SECONDS: u64 = 10 * 365 * 24 * 3600;
+
 /// The attach options moraine understands (DuckLake forwards `META_<name>`).
 pub const OPTION_NAMES: [&str; 17] = [
     "gc_min_age_seconds",
@@ -136,18 +139,44 @@ impl StoreSettings {
                 ))
             })
         };
-        match name.to_ascii_lowercase().as_str() {
-            "gc_min_age_seconds" => self.gc_min_age = Duration::from_secs(number()?),
-            "gc_interval_seconds" => self.gc_interval = Duration::from_secs(number()?.max(1)),
-            "wal_fence_min_age_seconds" => self.wal_fence_min_age = Duration::from_secs(number()?),
-            "compactor_poll_ms" => self.compactor_poll = Duration::from_millis(number()?.max(10)),
-            "compaction_checkpoint_seconds" => {
-                self.compaction_checkpoint = Duration::from_secs(number()?.max(1))
+        // Times beyond any use overflow the clock arithmetic they feed
+        // (SlateDB's compactor panicked on a checkpoint lifetime of 10^13 s).
+        let seconds = || {
+            let n = number()?;
+            if n > MOST_SECONDS {
+                return Err(Error::InvalidArgument(format!(
+                    "moraine option {name} is at most {MOST_SECONDS} (ten years), got '{value}'"
+                )));
             }
-            "idle_upkeep_seconds" => self.idle_upkeep = Some(Duration::from_secs(number()?)),
+            Ok(Duration::from_secs(n))
+        };
+        let millis = || {
+            let n = number()?;
+            if n > MOST_SECONDS * 1000 {
+                return Err(Error::InvalidArgument(format!(
+                    "moraine option {name} is at most {} (ten years), got '{value}'",
+                    MOST_SECONDS * 1000
+                )));
+            }
+            Ok(Duration::from_millis(n))
+        };
+        let at_least = |least: Duration, given: Duration| given.max(least);
+        match name.to_ascii_lowercase().as_str() {
+            "gc_min_age_seconds" => self.gc_min_age = seconds()?,
+            "gc_interval_seconds" => {
+                self.gc_interval = at_least(Duration::from_secs(1), seconds()?)
+            }
+            "wal_fence_min_age_seconds" => self.wal_fence_min_age = seconds()?,
+            "compactor_poll_ms" => {
+                self.compactor_poll = at_least(Duration::from_millis(10), millis()?)
+            }
+            "compaction_checkpoint_seconds" => {
+                self.compaction_checkpoint = at_least(Duration::from_secs(1), seconds()?)
+            }
+            "idle_upkeep_seconds" => self.idle_upkeep = Some(seconds()?),
             "force_takeover" => self.force_takeover = number()? != 0,
             "exclusive_writer" => self.exclusive_writer = number()? != 0,
-            "turn_wait_seconds" => self.turn_wait = Duration::from_secs(number()?.max(1)),
+            "turn_wait_seconds" => self.turn_wait = at_least(Duration::from_secs(1), seconds()?),
             "object_store_retries" => {
                 self.object_store_retries = u32::try_from(number()?).unwrap_or(u32::MAX)
             }
