@@ -31,22 +31,36 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Counts writes and, once the budget is spent, holds every later write
-/// forever.
+/// forever; or, while `failing`, refuses every write of new bytes as a full
+/// disk does.
 #[derive(Debug)]
 struct Gate {
     writes: AtomicU64,
     limit: AtomicU64,
     /// Set once a write has been held back: from then on the world is stopped.
     frozen: AtomicBool,
+    failing: AtomicBool,
 }
 
 impl Gate {
-    async fn pass(&self) {
+    /// A write of new bytes; a full disk still lets deletes through.
+    async fn pass_new_bytes(&self) -> object_store::Result<()> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(object_store::Error::Generic {
+                store: "freezer",
+                source: Box::new(std::io::Error::from(std::io::ErrorKind::StorageFull)),
+            });
+        }
+        self.pass().await
+    }
+
+    async fn pass(&self) -> object_store::Result<()> {
         let index = self.writes.fetch_add(1, Ordering::SeqCst);
         if index >= self.limit.load(Ordering::SeqCst) {
             self.frozen.store(true, Ordering::SeqCst);
             std::future::pending::<()>().await;
         }
+        Ok(())
     }
 }
 
@@ -72,6 +86,7 @@ impl Freezer {
                 writes: AtomicU64::new(0),
                 limit: AtomicU64::new(u64::MAX),
                 frozen: AtomicBool::new(false),
+                failing: AtomicBool::new(false),
             }),
         })
     }
@@ -101,7 +116,7 @@ impl ObjectStore for Freezer {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
-        self.gate.pass().await;
+        self.gate.pass_new_bytes().await?;
         self.inner.put_opts(location, payload, opts).await
     }
 
@@ -110,7 +125,7 @@ impl ObjectStore for Freezer {
         location: &Path,
         opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.gate.pass().await;
+        self.gate.pass_new_bytes().await?;
         self.inner.put_multipart_opts(location, opts).await
     }
 
@@ -134,7 +149,7 @@ impl ObjectStore for Freezer {
                 let gate = gate.clone();
                 let inner = inner.clone();
                 async move {
-                    gate.pass().await;
+                    gate.pass().await?;
                     let location = location?;
                     let mut done =
                         inner.delete_stream(futures_util::stream::iter([Ok(location)]).boxed());
@@ -163,7 +178,7 @@ impl ObjectStore for Freezer {
         to: &Path,
         options: CopyOptions,
     ) -> object_store::Result<()> {
-        self.gate.pass().await;
+        self.gate.pass_new_bytes().await?;
         self.inner.copy_opts(from, to, options).await
     }
 }
@@ -475,6 +490,10 @@ async fn table_t(store: &Arc<Store>) {
 
 /// Snapshot 2: a data file for table 1.
 async fn insert_a_data_file(store: &Arc<Store>) {
+    a_data_file_inserted(store).await.unwrap();
+}
+
+async fn a_data_file_inserted(store: &Arc<Store>) -> moraine::Result<()> {
     let mut tx = StagedTransaction::new(store.clone());
     stage(&mut tx, Kind::Snapshot, snapshot_row(2, 1, 3, 11)).await;
     stage(&mut tx, Kind::DataFile, data_file_row(10, 1, 2)).await;
@@ -484,7 +503,7 @@ async fn insert_a_data_file(store: &Arc<Store>) {
         changes_row(2, "inserted_into_table:1"),
     )
     .await;
-    tx.commit().await.unwrap();
+    tx.commit().await.map(drop)
 }
 
 #[test]
@@ -522,6 +541,48 @@ fn commit_after_a_turn_handover() {
         },
         ..CommitPath::ONE_COMMIT
     });
+}
+
+/// Writes that fail for a while (a full disk) close SlateDB's writer. Once
+/// they work again, the next transaction of the same attach commits, on a
+/// writer opened afresh, with every acknowledged commit in it; and the
+/// failed writer gave its lease back, so another process need not wait for
+/// it to run out.
+#[test]
+fn a_writer_whose_writes_failed_serves_again_once_they_work() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        for backend in [Backend::Memory, Backend::Local] {
+            let (uri, _dir) = fresh_location(backend);
+            let freezer = Freezer::new(uri.object_store(&Default::default()).unwrap());
+            let store = Arc::new(
+                Store::open_on(&uri, freezer.clone(), &settings(false))
+                    .await
+                    .unwrap(),
+            );
+            table_t(&store).await;
+            let before = contents(&store).await;
+            freezer.gate.failing.store(true, Ordering::SeqCst);
+            let failed = a_data_file_inserted(&store).await;
+            assert!(failed.is_err(), "{backend:?}: a write failed: {failed:?}");
+            let lease = moraine::store::lease::lease_path(store.root());
+            assert!(
+                object_store::ObjectStoreExt::head(&freezer.inner, &lease)
+                    .await
+                    .is_err(),
+                "{backend:?}: the failed writer still holds the lease"
+            );
+            freezer.gate.failing.store(false, Ordering::SeqCst);
+            assert_eq!(contents(&store).await, before, "{backend:?}");
+            insert_a_data_file(&store).await;
+            assert_ne!(contents(&store).await, before, "{backend:?}");
+        }
+    });
+    runtime.shutdown_background();
 }
 
 /// A table with 20 columns and 20 data files.

@@ -316,7 +316,29 @@ impl Store {
     /// On a read-write attach it holds the writer turn until dropped.
     pub async fn snapshot(&self) -> Result<ReadView> {
         match &self.handle {
-            Handle::Writer(turn) => writer_view(turn.pin().await?),
+            Handle::Writer(turn) => {
+                let pin = turn.pin().await?;
+                match pin.db().snapshot() {
+                    Ok(snapshot) => Ok(ReadView::Snapshot {
+                        snapshot,
+                        pin: Arc::new(pin),
+                    }),
+                    Err(e) => match e.kind() {
+                        slatedb::ErrorKind::Closed(slatedb::CloseReason::Fenced) => {
+                            pin.fenced().await;
+                            Err(Error::Fenced)
+                        }
+                        // Closed by a failure that no commit of this process
+                        // saw (a background flush's): open a writer afresh.
+                        slatedb::ErrorKind::Closed(_) => {
+                            pin.writer_failed().await;
+                            drop(pin);
+                            writer_view(turn.pin().await?)
+                        }
+                        _ => Err(slate("taking a snapshot", e)),
+                    },
+                }
+            }
             Handle::Reader(_) => Ok(ReadView::Reader),
         }
     }
@@ -431,8 +453,10 @@ impl Store {
             }))
         }
         .await;
-        if matches!(landed, Err(Error::Fenced)) {
-            pin.fenced().await;
+        match &landed {
+            Err(Error::Fenced) => pin.fenced().await,
+            Err(Error::Store(_)) if pin.writer_closed() => pin.writer_failed().await,
+            _ => {}
         }
         landed
     }

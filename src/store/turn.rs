@@ -271,6 +271,20 @@ impl TurnPin {
     pub async fn fenced(&self) {
         self.turn.lose().await;
     }
+
+    /// SlateDB closed this writer after a write failed for good (a full
+    /// disk, say), and it serves nothing again. Forget it and give the
+    /// lease back, so that the next transaction opens a writer afresh,
+    /// replaying what is durable, and other processes need not wait for
+    /// the lease to run out.
+    pub async fn writer_failed(&self) {
+        self.turn.forget_failed_writer().await;
+    }
+
+    /// Whether SlateDB closed this writer.
+    pub fn writer_closed(&self) -> bool {
+        self.db.snapshot().is_err()
+    }
 }
 
 impl Drop for TurnPin {
@@ -590,12 +604,27 @@ impl WriterTurn {
 
     /// This writer was fenced or lost its lease: forget the writer.
     async fn lose(&self) {
-        let mut holding = self.holding.lock().await;
-        if let Some(held) = holding.take() {
-            held.watcher.abort();
-            held.writer.stop_upkeep().await;
+        if self.forget_writer().await {
             self.counters.fenced.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// SlateDB closed the writer: forget it and release the lease it held.
+    async fn forget_failed_writer(&self) {
+        if self.forget_writer().await {
+            lease::release(&self.object_store, &self.root, &self.me).await;
+        }
+    }
+
+    /// Drops the writer without closing it; whether there was one.
+    async fn forget_writer(&self) -> bool {
+        let mut holding = self.holding.lock().await;
+        let Some(held) = holding.take() else {
+            return false;
+        };
+        held.watcher.abort();
+        held.writer.stop_upkeep().await;
+        true
     }
 
     /// Gives the turn up: closes the writer (its commits are all durable
