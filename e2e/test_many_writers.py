@@ -264,3 +264,43 @@ def test_an_exclusive_writer_refuses_a_second_one(tmp):
     # Once the exclusive writer detached, turn-taking writers come in again.
     r = harness.run_cli(local_lake(tmp)[0] + ";\nINSERT INTO lake.t VALUES (3);\n")
     assert r.rc == 0, r.stderr
+
+
+def test_a_forced_takeover_happens_once_then_the_writers_take_turns(tmp):
+    """`META_FORCE_TAKEOVER 1` takes the lease from its holder at ATTACH. After that the attach takes turns like any
+    writer: a live writer it forced out loses at most the transaction it had open then, not one at every turn."""
+    harness.require_extension("moraine")
+    attach = local_lake(tmp)[0]
+    con = harness.connect()
+    con.execute(attach)
+    con.execute("CREATE TABLE lake.t (w INTEGER)")
+    con.close()
+    live = subprocess.Popen([sys.executable, "-c", r"""
+import sys, time
+sys.path.insert(0, %r)
+import harness
+con = harness.connect()
+con.execute(%r)
+print("ready", flush=True)
+failed = []
+for i in range(60):
+    try:
+        con.execute("INSERT INTO lake.t VALUES (1)")
+    except Exception as e:
+        failed.append(str(e).replace(chr(10), " "))
+    time.sleep(0.05)
+print("failed %%d %%s" %% (len(failed), failed[:2]), flush=True)
+""" % (os.path.dirname(os.path.abspath(__file__)), attach)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert live.stdout.readline().strip() == "ready", live.stderr.read()
+    time.sleep(0.5)
+    con = harness.connect()
+    con.execute(attach[:-1] + ", META_FORCE_TAKEOVER 1)")
+    for _ in range(20):
+        con.execute("INSERT INTO lake.t VALUES (2)")
+        time.sleep(0.05)
+    out, err = live.communicate(timeout=120)
+    failed = int(out.split()[1])
+    assert failed <= 1 and all("fenced" in line for line in out.splitlines()[-1:] if failed), (out, err[-2000:])
+    rows = dict(con.execute("SELECT w, count(*) FROM lake.t GROUP BY w").fetchall())
+    assert rows == {1: 60 - failed, 2: 20}, rows
+    con.close()

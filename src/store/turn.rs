@@ -208,6 +208,10 @@ pub struct WriterTurn {
     root: Path,
     uri: String,
     policy: TurnPolicy,
+    /// Whether the next take overrides a live holder: the attach's first,
+    /// when it says `force_takeover`. Later takes wait their turn, or the
+    /// writer that was forced out would be fenced again at every handover.
+    force_pending: AtomicBool,
     /// What a closing writer collects
     /// (`StoreSettings::close_collection_options`).
     close_collection: GarbageCollectorOptions,
@@ -316,6 +320,7 @@ impl WriterTurn {
             ask_file,
             root,
             policy,
+            force_pending: AtomicBool::new(policy.force_takeover),
             close_collection,
             me: Holder::new_instance(),
             open_writer,
@@ -421,12 +426,13 @@ impl WriterTurn {
                 uri: &self.uri,
                 me: &self.me,
                 exclusive: self.policy.exclusive,
-                force: self.policy.force_takeover,
+                force: self.force_pending.load(Ordering::SeqCst),
             }
             .try_take()
             .await;
             let record = match taken {
                 Ok(Take::Taken(taken)) => {
+                    self.force_pending.store(false, Ordering::SeqCst);
                     let opening = Instant::now();
                     let writer = match self.open_writer_for(taken.free).await {
                         Ok(writer) => writer,
