@@ -282,3 +282,25 @@ def test_what_a_machine_crash_takes_of_acknowledged_commits_the_next_attach_rest
         assert next_epoch == epoch + 1, folder
         with open(journal_of(lake, folder), "rb") as f:
             assert f.read(32)[16:32] == boot, folder
+
+
+def test_a_journal_damaged_before_its_last_record_is_refused_not_read_as_its_end(tmp):
+    """A crash tears only the journal's last record. Bytes flipped in an earlier one, with whole records after it, are
+    damage: a reader that took the broken record for the end would open the lake without the commits after it, and
+    say nothing. Every attach refuses it instead, naming the journal."""
+    lake, attach = a_writer_that_dies(tmp, 40)
+    path = journal_of(lake)
+    _, records = read_journal(path)
+    assert len(records) >= 10, records
+    with open(path, "r+b") as f:
+        data = f.read()
+        # The body of the fifth record: its head, name and body follow the 4 KiB header block and four records.
+        offset = 4096
+        for _ in range(4):
+            name_len, body_len = struct.unpack_from("<II", data, offset + 16)
+            offset += (28 + name_len + body_len + 7) // 8 * 8
+        f.seek(offset + 28 + 20)
+        f.write(b"\xff" * 8)
+    for extra in (", READ_ONLY", ""):
+        r = run_cli(attach[:-1] + extra + ");\nSELECT count(*) AS n FROM lake.t;\n", bail=False)
+        assert r.rc != 0 and "is damaged at byte" in r.stderr, (r.rc, r.stdout, r.stderr)

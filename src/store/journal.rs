@@ -77,6 +77,8 @@ const MARK_AT: usize = 64;
 const MARK_LEN: usize = 20;
 
 const RECORD_MAGIC: u32 = 0x4d4a_5231;
+/// Records start at multiples of this, their lengths padded to it.
+const RECORD_ALIGN: usize = 8;
 /// magic, epoch, kind, three zero bytes, name length, body length, checksum.
 const RECORD_HEAD: usize = 28;
 
@@ -328,6 +330,8 @@ impl Journal {
     /// cancelled or already holding the record's bytes, then starts the
     /// next epoch in this boot.
     fn recover(&self, header: Header) -> std::io::Result<()> {
+        // Refuses a journal damaged in the middle before restoring from it.
+        self.records_after(header.epoch, HEADER_BYTES)?;
         let mut latest: HashMap<String, Option<Vec<u8>>> = HashMap::new();
         for record in self.records_from(header.epoch, HEADER_BYTES, JOURNAL_BYTES)? {
             let body = (record.kind == Kind::Object).then_some(record.body);
@@ -465,10 +469,42 @@ impl Journal {
             // A record cut by the window's end is read again from its start;
             // anything else that stops the walk ends the records.
             if at == 0 || window_ends_the_file || !cut_by_window(&bytes[at..], epoch) {
-                return Ok((start + at as u64, objects));
+                let end = start + at as u64;
+                self.refuse_damage_at(epoch, end)?;
+                return Ok((end, objects));
             }
             start += at as u64;
         }
+    }
+
+    /// Refuses a journal whose records of `epoch` stop at `end` with a
+    /// record that does not check, yet go on after it. A crash tears only
+    /// the last record, so whole records after a broken one are damage: read
+    /// as the journal's end, it would hide the commits after it and every
+    /// reader would open a lake that silently lacks them. Only a head of
+    /// this epoch at `end` calls for the search; a clean end holds zeros or
+    /// an older epoch's records.
+    fn refuse_damage_at(&self, epoch: u64, end: u64) -> std::io::Result<()> {
+        if !self.record_begins_at(epoch, end)? {
+            return Ok(());
+        }
+        let mut rest = vec![0u8; (JOURNAL_BYTES - end) as usize];
+        self.file.read_exact_at(&mut rest, end)?;
+        let whole_after = (RECORD_ALIGN..rest.len())
+            .step_by(RECORD_ALIGN)
+            .any(|at| checked_record(&rest[at..], epoch).is_some());
+        if whole_after {
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidData,
+                format!(
+                    "the journal {} is damaged at byte {end}: the record there fails its checksum, yet \
+                     whole records follow it, so the objects it holds cannot all be read. Restore the \
+                     lake's folder from a copy",
+                    self.path().display()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The whole records of `epoch` in `offset..until`, read at once: what
@@ -574,7 +610,7 @@ fn record_in(bytes: &[u8], epoch: u64) -> Option<(Record, usize)> {
 }
 
 fn padded(len: usize) -> usize {
-    len.div_ceil(8) * 8
+    len.div_ceil(RECORD_ALIGN) * RECORD_ALIGN
 }
 
 /// The header block of a new epoch: its header, and a mark that nothing
@@ -889,6 +925,42 @@ mod tests {
         create(&next, &wal(2), body(2, 300)).await.unwrap();
         assert_eq!(header_of(&folder).epoch, header.epoch + 1);
         assert_holds(&next, 1..=2, 300).await;
+    }
+
+    #[test]
+    fn a_broken_record_with_whole_records_after_it_is_damage_not_the_end() {
+        let (_dir, folder) = wal_folder();
+        let writers = ObjectWriters {
+            restore: Arc::new(|path: &Path, body: &[u8]| std::fs::write(path, body)),
+            publish: Arc::new(|path: &Path, body: &[u8]| std::fs::write(path, body)),
+        };
+        let journal = Journal::create(&folder, writers.clone()).unwrap();
+        journal.write("00000000000000000001.sst", b"one").unwrap();
+        let second = journal.lock().unwrap().offset;
+        journal
+            .write("00000000000000000002.sst", &[7u8; 600])
+            .unwrap();
+        journal.write("00000000000000000003.sst", b"three").unwrap();
+        std::mem::forget(journal);
+        // Bytes of the second record's body flipped: the third is whole.
+        let at = second + RECORD_HEAD as u64 + 100;
+        let file = OpenOptions::new()
+            .write(true)
+            .open(folder.join(JOURNAL_NAME))
+            .unwrap();
+        file.write_all_at(&[0xff; 16], at).unwrap();
+        for reboot in [false, true] {
+            if reboot {
+                as_after_a_reboot(&folder);
+            }
+            let Err(refused) = Journal::open(&folder, writers.clone()) else {
+                panic!("a damaged journal was opened (after a reboot: {reboot})")
+            };
+            assert!(
+                refused.to_string().contains("is damaged at byte"),
+                "{refused}"
+            );
+        }
     }
 
     #[test]
