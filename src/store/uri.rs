@@ -178,11 +178,23 @@ impl StoreUri {
 /// An S3 client: the `AWS_*` environment first, then whatever DuckDB's
 /// secret says on top. Conditional PUTs (If-Match / If-None-Match) are what
 /// SlateDB's manifest and fencing rely on; object_store uses them by default.
+/// How long the S3 client retries one request before it reports the error.
+const S3_RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
 fn s3_client(
     bucket: &str,
     s3: &S3Options,
 ) -> std::result::Result<object_store::aws::AmazonS3, object_store::Error> {
-    let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    // The client's own retries last up to three minutes by default: an
+    // endpoint that never answers held the ATTACH that long. SlateDB's
+    // bounded retries (`object_store_retries`) come on top of these.
+    let retry = object_store::RetryConfig {
+        retry_timeout: S3_RETRY_TIMEOUT,
+        ..Default::default()
+    };
+    let mut builder = AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .with_retry(retry);
     if let Some(region) = &s3.region {
         builder = builder.with_region(region);
     }
