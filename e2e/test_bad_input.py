@@ -37,6 +37,8 @@ def test_a_location_holding_foreign_objects_is_refused(tmp):
 def test_read_only_attach_of_an_empty_location_explains_itself(tmp):
     r = attach(os.path.join(tmp, "nothing"), extra=", READ_ONLY")
     assert r.rc != 0 and "no moraine store at" in r.stderr and "READ_ONLY" in r.stderr, r.stderr
+    # A reader makes nothing, not even the folders of the location it was pointed at.
+    assert not os.path.exists(os.path.join(tmp, "nothing")), os.listdir(tmp)
 
 
 def _files(root):

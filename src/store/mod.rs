@@ -134,6 +134,12 @@ impl CommitCounters {
 
 impl Store {
     pub async fn open(uri: &StoreUri, settings: &StoreSettings) -> Result<Store> {
+        // Opening a local store makes its folders; a reader makes nothing.
+        if let StoreUri::Local(dir) = uri {
+            if settings.read_only && !dir.exists() {
+                return Err(no_store_to_read(uri));
+            }
+        }
         Store::open_on(uri, uri.object_store(&settings.s3)?, settings).await
     }
 
@@ -152,11 +158,7 @@ impl Store {
         let upkeep_holds = upkeep::UpkeepHolds::default();
         let handle = if settings.read_only {
             if !existing {
-                return Err(Error::NotFound(format!(
-                    "no moraine store at {uri}: a READ_ONLY attach opens an existing store and cannot create one. \
-                     Attach it read-write to create it (DuckDB attaches remote paths such as s3:// READ_ONLY \
-                     unless the ATTACH says READ_WRITE)"
-                )));
+                return Err(no_store_to_read(uri));
             }
             let reader = DbReader::builder(root.clone(), object_store.clone())
                 .with_options(settings.reader_options())
@@ -515,6 +517,14 @@ fn writer_view(pin: turn::TurnPin) -> Result<ReadView> {
         snapshot,
         pin: Arc::new(pin),
     })
+}
+
+fn no_store_to_read(uri: &StoreUri) -> Error {
+    Error::NotFound(format!(
+        "no moraine store at {uri}: a READ_ONLY attach opens an existing store and cannot create one. \
+         Attach it read-write to create it (DuckDB attaches remote paths such as s3:// READ_ONLY \
+         unless the ATTACH says READ_WRITE)"
+    ))
 }
 
 fn reader_view_on_writer() -> Error {
