@@ -386,16 +386,21 @@ async fn attempt(path: &CommitPath, backend: Backend, budget: Option<u64>) -> At
     }
 }
 
+/// A runtime of the test's own, let go without waiting for a parked thread.
+fn test_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// Sweeps `path` on every back-end it names, on a runtime of its own. A
 /// frozen commit stays parked on its write for good, as a crashed process's
 /// would: with the writer's tasks on the committing thread (`store::writes`)
 /// that parks a thread, so the runtime is let go without waiting for it.
 fn sweep_on_a_runtime(path: CommitPath) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = test_runtime();
     runtime.block_on(async {
         for backend in path.backends {
             sweep_on(&path, *backend).await;
@@ -550,11 +555,7 @@ fn commit_after_a_turn_handover() {
 /// it to run out.
 #[test]
 fn a_writer_whose_writes_failed_serves_again_once_they_work() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = test_runtime();
     runtime.block_on(async {
         for backend in [Backend::Memory, Backend::Local] {
             let (uri, _dir) = fresh_location(backend);

@@ -764,6 +764,14 @@ mod tests {
         file.write_all_at(&header_bytes(other), 0).unwrap();
     }
 
+    /// Writers that write a file plainly, for a journal used without a store.
+    fn plain_writers() -> ObjectWriters {
+        ObjectWriters {
+            restore: Arc::new(|path: &Path, body: &[u8]| std::fs::write(path, body)),
+            publish: Arc::new(|path: &Path, body: &[u8]| std::fs::write(path, body)),
+        }
+    }
+
     /// An empty WAL folder, for a journal used without a store.
     fn wal_folder() -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
@@ -930,10 +938,7 @@ mod tests {
     #[test]
     fn a_broken_record_with_whole_records_after_it_is_damage_not_the_end() {
         let (_dir, folder) = wal_folder();
-        let writers = ObjectWriters {
-            restore: Arc::new(|path: &Path, body: &[u8]| std::fs::write(path, body)),
-            publish: Arc::new(|path: &Path, body: &[u8]| std::fs::write(path, body)),
-        };
+        let writers = plain_writers();
         let journal = Journal::create(&folder, writers.clone()).unwrap();
         journal.write("00000000000000000001.sst", b"one").unwrap();
         let second = journal.lock().unwrap().offset;
@@ -966,10 +971,7 @@ mod tests {
     #[test]
     fn a_record_torn_by_a_crash_ends_the_journal_and_the_next_write_takes_its_place() {
         let (_dir, folder) = wal_folder();
-        let writers = ObjectWriters {
-            restore: Arc::new(|path: &Path, body: &[u8]| std::fs::write(path, body)),
-            publish: Arc::new(|path: &Path, body: &[u8]| std::fs::write(path, body)),
-        };
+        let writers = plain_writers();
         let journal = Journal::create(&folder, writers.clone()).unwrap();
         let first = "00000000000000000001.sst";
         journal.write(first, b"one").unwrap();
