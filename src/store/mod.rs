@@ -457,7 +457,10 @@ impl Store {
         .await;
         match &landed {
             Err(Error::Fenced) => pin.fenced().await,
-            Err(Error::Store(_)) if pin.writer_closed() => pin.writer_failed().await,
+            // A write that failed for good closes SlateDB's writer, though
+            // not always before the commit hears of it; a writer that
+            // survived is reopened at no loss, its commits durable already.
+            Err(Error::Store(_)) => pin.writer_failed().await,
             _ => {}
         }
         landed

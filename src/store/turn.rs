@@ -276,18 +276,13 @@ impl TurnPin {
         self.turn.lose().await;
     }
 
-    /// SlateDB closed this writer after a write failed for good (a full
-    /// disk, say), and it serves nothing again. Forget it and give the
-    /// lease back, so that the next transaction opens a writer afresh,
-    /// replaying what is durable, and other processes need not wait for
-    /// the lease to run out.
+    /// A write of this writer failed (a full disk, say), which leaves
+    /// SlateDB's writer closed for good. Forget it and give the lease back,
+    /// so that the next transaction opens a writer afresh, replaying what
+    /// is durable, and other processes need not wait for the lease to run
+    /// out.
     pub async fn writer_failed(&self) {
         self.turn.forget_failed_writer().await;
-    }
-
-    /// Whether SlateDB closed this writer.
-    pub fn writer_closed(&self) -> bool {
-        self.db.snapshot().is_err()
     }
 }
 
