@@ -161,6 +161,12 @@ impl StoreSettings {
             Ok(Duration::from_millis(n))
         };
         let at_least = |least: Duration, given: Duration| given.max(least);
+        // DuckDB passes a bare option (`META_FORCE_TAKEOVER`) as `true`.
+        let flag = || match value.trim().to_ascii_lowercase().as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => number().map(|n| n != 0),
+        };
         match name.to_ascii_lowercase().as_str() {
             "gc_min_age_seconds" => self.gc_min_age = seconds()?,
             "gc_interval_seconds" => {
@@ -174,8 +180,8 @@ impl StoreSettings {
                 self.compaction_checkpoint = at_least(Duration::from_secs(1), seconds()?)
             }
             "idle_upkeep_seconds" => self.idle_upkeep = Some(seconds()?),
-            "force_takeover" => self.force_takeover = number()? != 0,
-            "exclusive_writer" => self.exclusive_writer = number()? != 0,
+            "force_takeover" => self.force_takeover = flag()?,
+            "exclusive_writer" => self.exclusive_writer = flag()?,
             "turn_wait_seconds" => self.turn_wait = at_least(Duration::from_secs(1), seconds()?),
             "object_store_retries" => {
                 self.object_store_retries = u32::try_from(number()?).unwrap_or(u32::MAX)
