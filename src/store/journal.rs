@@ -185,6 +185,20 @@ impl Journal {
             Err(e) if e.raw_os_error() == Some(libc::EROFS) => return Ok(None),
             Err(e) => return Err(context(&path, e)),
         };
+        // A journal is made whole before it gets its name, so any other
+        // size is damage; read as it is, it failed on a short read.
+        let size = file.metadata().map_err(|e| context(&path, e))?.len();
+        if size != JOURNAL_BYTES {
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidData,
+                format!(
+                    "the journal {} holds {size} bytes, not {JOURNAL_BYTES}: it was cut short or \
+                     replaced, and the objects it holds cannot be read. Restore the lake's folder \
+                     from a copy",
+                    path.display()
+                ),
+            ));
+        }
         let journal = Journal {
             file,
             folder: folder.to_path_buf(),
@@ -428,7 +442,7 @@ impl Journal {
         self.file.read_exact_at(&mut bytes, 0)?;
         parse_header(&bytes).ok_or_else(|| {
             std::io::Error::other(format!(
-                "the WAL journal {} has a damaged header, or one of a newer moraine: the commits \
+                "the journal {} has a damaged header, or one of a newer moraine: the commits \
                  it holds cannot be read",
                 self.path().display()
             ))
@@ -527,7 +541,7 @@ impl Journal {
     fn error(&self, source: std::io::Error) -> object_store::Error {
         object_store::Error::Generic {
             store: "LocalFileSystem",
-            source: format!("WAL journal {}: {source}", self.path().display()).into(),
+            source: format!("journal {}: {source}", self.path().display()).into(),
         }
     }
 }
@@ -966,6 +980,23 @@ mod tests {
                 "{refused}"
             );
         }
+    }
+
+    #[test]
+    fn a_journal_cut_short_is_refused_by_name() {
+        let (_dir, folder) = wal_folder();
+        let journal = Journal::create(&folder, plain_writers()).unwrap();
+        journal.write("00000000000000000001.sst", b"one").unwrap();
+        std::mem::forget(journal);
+        let file = OpenOptions::new()
+            .write(true)
+            .open(folder.join(JOURNAL_NAME))
+            .unwrap();
+        file.set_len(JOURNAL_BYTES / 2).unwrap();
+        let Err(refused) = Journal::open(&folder, plain_writers()) else {
+            panic!("a journal cut short was opened")
+        };
+        assert!(refused.to_string().contains("was cut short"), "{refused}");
     }
 
     #[test]
