@@ -318,29 +318,20 @@ impl Store {
     /// On a read-write attach it holds the writer turn until dropped.
     pub async fn snapshot(&self) -> Result<ReadView> {
         match &self.handle {
-            Handle::Writer(turn) => {
-                let pin = turn.pin().await?;
-                match pin.db().snapshot() {
-                    Ok(snapshot) => Ok(ReadView::Snapshot {
-                        snapshot,
-                        pin: Arc::new(pin),
-                    }),
-                    Err(e) => match e.kind() {
-                        slatedb::ErrorKind::Closed(slatedb::CloseReason::Fenced) => {
-                            pin.fenced().await;
-                            Err(Error::Fenced)
-                        }
-                        // Closed by a failure that no commit of this process
-                        // saw (a background flush's): open a writer afresh.
-                        slatedb::ErrorKind::Closed(_) => {
-                            pin.writer_failed().await;
-                            drop(pin);
-                            writer_view(turn.pin().await?)
-                        }
-                        _ => Err(slate("taking a snapshot", e)),
-                    },
+            // A snapshot fails only on a writer SlateDB closed: fenced, or
+            // after a failure that no commit of this process saw (a
+            // background flush's), when a writer opened afresh serves it.
+            Handle::Writer(turn) => match writer_view(turn.pin().await?) {
+                Err(e @ Error::Store(_)) => {
+                    turn.writer_erred(&e).await;
+                    writer_view(turn.pin().await?)
                 }
-            }
+                Err(e) => {
+                    turn.writer_erred(&e).await;
+                    Err(e)
+                }
+                view => view,
+            },
             Handle::Reader(_) => Ok(ReadView::Reader),
         }
     }
@@ -455,13 +446,11 @@ impl Store {
             }))
         }
         .await;
-        match &landed {
-            Err(Error::Fenced) => pin.fenced().await,
-            // A write that failed for good closes SlateDB's writer, though
-            // not always before the commit hears of it; a writer that
-            // survived is reopened at no loss, its commits durable already.
-            Err(Error::Store(_)) => pin.writer_failed().await,
-            _ => {}
+        // A write that failed for good closes SlateDB's writer, though not
+        // always before the commit hears of it; a writer that survived is
+        // reopened at no loss, its commits durable already.
+        if let Err(e) = &landed {
+            pin.writer_erred(e).await;
         }
         landed
     }

@@ -141,25 +141,17 @@ impl StoreSettings {
         };
         // Times beyond any use overflow the clock arithmetic they feed
         // (SlateDB's compactor panicked on a checkpoint lifetime of 10^13 s).
-        let seconds = || {
+        let time = |most: u64, unit: fn(u64) -> Duration| {
             let n = number()?;
-            if n > MOST_SECONDS {
+            if n > most {
                 return Err(Error::InvalidArgument(format!(
-                    "moraine option {name} is at most {MOST_SECONDS} (ten years), got '{value}'"
+                    "moraine option {name} is at most {most} (ten years), got '{value}'"
                 )));
             }
-            Ok(Duration::from_secs(n))
+            Ok(unit(n))
         };
-        let millis = || {
-            let n = number()?;
-            if n > MOST_SECONDS * 1000 {
-                return Err(Error::InvalidArgument(format!(
-                    "moraine option {name} is at most {} (ten years), got '{value}'",
-                    MOST_SECONDS * 1000
-                )));
-            }
-            Ok(Duration::from_millis(n))
-        };
+        let seconds = || time(MOST_SECONDS, Duration::from_secs);
+        let millis = || time(MOST_SECONDS * 1000, Duration::from_millis);
         let at_least = |least: Duration, given: Duration| given.max(least);
         // DuckDB passes a bare option (`META_FORCE_TAKEOVER`) as `true`.
         let flag = || match value.trim().to_ascii_lowercase().as_str() {

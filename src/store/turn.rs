@@ -270,19 +270,9 @@ impl TurnPin {
         &self.compaction
     }
 
-    /// This writer was fenced: give the turn up so the next transaction
-    /// asks for it again with a fresh writer.
-    pub async fn fenced(&self) {
-        self.turn.lose().await;
-    }
-
-    /// A write of this writer failed (a full disk, say), which leaves
-    /// SlateDB's writer closed for good. Forget it and give the lease back,
-    /// so that the next transaction opens a writer afresh, replaying what
-    /// is durable, and other processes need not wait for the lease to run
-    /// out.
-    pub async fn writer_failed(&self) {
-        self.turn.forget_failed_writer().await;
+    /// [`WriterTurn::writer_erred`] for this pin's writer.
+    pub async fn writer_erred(&self, error: &Error) {
+        self.turn.writer_erred(error).await;
     }
 }
 
@@ -600,6 +590,21 @@ impl WriterTurn {
                 asker != self.me.instance() && unix_seconds() - at <= ASK_LIFETIME_SECONDS
             }
             None => false,
+        }
+    }
+
+    /// What an error of the writer's commit or snapshot does to the turn.
+    /// A fenced writer is forgotten, so the next transaction asks for the
+    /// turn again with a fresh writer. A write that failed for good (a full
+    /// disk, say) leaves SlateDB's writer closed: it is forgotten and its
+    /// lease given back, so the next transaction opens a writer afresh,
+    /// replaying what is durable, and other processes need not wait for the
+    /// lease to run out.
+    pub async fn writer_erred(&self, error: &Error) {
+        match error {
+            Error::Fenced => self.lose().await,
+            Error::Store(_) => self.forget_failed_writer().await,
+            _ => {}
         }
     }
 

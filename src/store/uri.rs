@@ -175,12 +175,12 @@ impl StoreUri {
     }
 }
 
-/// An S3 client: the `AWS_*` environment first, then whatever DuckDB's
-/// secret says on top. Conditional PUTs (If-Match / If-None-Match) are what
-/// SlateDB's manifest and fencing rely on; object_store uses them by default.
 /// How long the S3 client retries one request before it reports the error.
 const S3_RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
+/// An S3 client: the `AWS_*` environment first, then whatever DuckDB's
+/// secret says on top. Conditional PUTs (If-Match / If-None-Match) are what
+/// SlateDB's manifest and fencing rely on; object_store uses them by default.
 fn s3_client(
     bucket: &str,
     s3: &S3Options,
