@@ -14,6 +14,11 @@ DEFAULT_LOAD = ("ducklake", "moraine")
 DIST = os.path.join(ROOT, "dist")  # written by `cargo xtask dist`
 MORAINE = os.path.join(DIST, "moraine")
 WHEELHOUSE = os.environ.get("MORAINE_WHEELHOUSE", os.path.join(ROOT, ".venv", "wheelhouse"))
+# A local store's journals (designs 0022 and 0029): `journal#0` in each of these folders, a file of a fixed size
+# that no listing shows (`layout::JOURNALED`, `journal::JOURNAL_BYTES`).
+JOURNAL = "journal#0"
+JOURNAL_BYTES = 256 << 10
+JOURNALED = ("wal", "manifest")
 
 
 def sql_quote(s):

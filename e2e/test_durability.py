@@ -14,7 +14,7 @@ import subprocess
 import sys
 import zlib
 
-from harness import require_extension, run_cli, sql_quote
+from harness import JOURNAL, JOURNALED, require_extension, run_cli, sql_quote
 
 TRACED = "fsync,fdatasync,link,linkat,rename,renameat,renameat2"
 # `123 fsync(5</path/x>) = 0`, or its first half when another thread's call interleaves.
@@ -23,9 +23,6 @@ SYNC = re.compile(r"^\d+\s+(?:fsync|fdatasync)\(\d+<(?P<path>[^>]*)>")
 PUBLISH = re.compile(r'^\d+\s+(?:link|linkat|rename|renameat2?)\((?:[^,]*, )?"(?P<src>[^"]+)", '
                      r'(?:[^,]*, )?"(?P<dst>[^"]+)"')
 DONE = re.compile(r"= 0$")
-JOURNAL = "journal#0"
-# The folders whose objects are journaled (`layout::JOURNALED`).
-JOURNALED = ("wal", "manifest")
 
 
 def trace(tmp, sql):

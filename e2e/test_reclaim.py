@@ -7,17 +7,13 @@ import os
 import time
 
 import harness
+from harness import JOURNAL, JOURNAL_BYTES, JOURNALED
 
 FIXED_OVERHEAD = 1 << 20
 
 
 # A local store's spares (design 0017): files no listing shows, empty; one may hold a write in flight.
 MOST_SPARE_BYTES = 4096
-# The WAL folder's journal (design 0022): a file of a fixed size, no object either.
-JOURNAL = "journal#0"
-JOURNAL_BYTES = 256 << 10
-# The folders that hold a journal (`layout::JOURNALED`).
-JOURNALED = ("wal", "manifest")
 
 
 def journal_bytes(catalog):
