@@ -123,7 +123,7 @@ def test_store_inside_data_path_survives_orphan_cleanup(tmp):
     assert con.execute("SELECT count(*) FROM lake.items").fetchone()[0] == 50
     after = digest()
     # Every object the store had survives byte for byte (the writer may add new ones). Names with `#` are no
-    # objects: spares, and the WAL's journal, which every commit appends to.
+    # objects: spares, and the journals, which every commit and manifest write appends to.
     for path, h in before.items():
         if path in after and "#" not in os.path.basename(path):
             assert after[path] == h, path
