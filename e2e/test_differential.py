@@ -184,6 +184,27 @@ def test_unordered_metadata_scans_keep_insertion_order(tmp):
     assert seen == [(1, 1, 'NULL', False), (2, 1, 'NULL', True), (1, 1, '7', True), (2, 2, '42', True)], seen
 
 
+def test_inlined_rows_keep_insertion_order_not_row_id_order(tmp):
+    """An UPDATE inserts new row versions in the order it meets the rows: here a row of a Parquet file (row id
+    4) before an inlined one (row id 1), with one thread. A DuckDB table keeps them in that order, so a read of
+    the inlined data table without ORDER BY does too. (Query results are compared sorted; the metadata dumps,
+    in natural order.)"""
+    out = same(tmp, [
+        "USE lake",
+        "CREATE TABLE t (id INTEGER, s VARCHAR)",
+        "INSERT INTO t SELECT i, 'b' FROM range(3) r(i)",
+        "INSERT INTO t SELECT i, 'p' FROM range(20) r(i)",
+        "UPDATE t SET s = 'z' WHERE id = 1",
+        "SELECT row_id, begin_snapshot, end_snapshot, id, s FROM __ducklake_metadata_lake.main.ducklake_inlined_data_1_1",
+        "DELETE FROM t WHERE id = 0",
+        "SELECT id, s FROM t",
+    ])
+    names, rows = out.mor_meta["ducklake_inlined_data_1_1"]
+    pick = [names.index(c) for c in ("row_id", "begin_snapshot", "end_snapshot", "s")]
+    kept = [tuple(r[i] for i in pick) for r in rows]
+    assert kept == [(0, 2, 5, "b"), (1, 2, 4, "b"), (2, 2, None, "b"), (4, 4, None, "z"), (1, 4, None, "z")], kept
+
+
 # Every kind of object DuckLake's expiry cascade handles (RFC 0007, steps 5, 6 and 8): views, tags and column
 # tags, scalar and table macros, partitions, sort keys, column and name mappings (files added from outside),
 # inlined data and inlined deletions, dropped schemas and dropped tables, inline tables included.

@@ -176,19 +176,15 @@ async fn assert_scan_serves(store: &StoreRef, versions: &[(i64, i64)]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn inline_partial_selection_rewrites_contiguous_runs() {
+async fn inline_partial_selection_rewrites_the_chunk_in_place() {
     let store = memory_store("inline-partial").await;
     inline_history(&store).await;
     delete_inline(&store, &[(2, 1), (3, 1)]).await.unwrap();
-    // Survivors 0,1 keep sequence 0; 4,5 take the next free sequence; each
-    // keeps its own user value.
+    // The survivors stay in their chunk, in their order, each with its own
+    // user value.
     assert_eq!(
         chunks(&store).await,
-        vec![
-            chunk(1, 0, [0, 1]),
-            chunk(1, 1, [4, 5]),
-            chunk(2, 0, [6, 7])
-        ]
+        vec![chunk(1, 0, [0, 1, 4, 5]), chunk(2, 0, [6, 7])]
     );
     assert_scan_serves(&store, &[(0, 1), (1, 1), (4, 1), (5, 1), (6, 2), (7, 2)]).await;
 }
@@ -223,7 +219,7 @@ async fn inline_repeated_selection_is_deduplicated() {
     .await;
 }
 
-/// A selection spread over several runs, with an ended survivor: every
+/// A selection spread over a chunk, with an ended survivor: every
 /// survivor keeps its row id, begin snapshot, end snapshot and user value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inline_rewrite_keeps_every_survivors_values_and_end() {
@@ -251,12 +247,7 @@ async fn inline_rewrite_keeps_every_survivors_values_and_end() {
         .unwrap();
     assert_eq!(
         chunks(&store).await,
-        vec![
-            chunk(1, 0, [0]),
-            chunk(1, 1, [2]),
-            chunk(1, 2, [4, 5]),
-            chunk(2, 0, [7]),
-        ]
+        vec![chunk(1, 0, [0, 2, 4, 5]), chunk(2, 0, [7])]
     );
     let mut ended = inline_row(4, 1);
     ended[2] = int(3);

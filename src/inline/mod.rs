@@ -5,7 +5,7 @@
 //! - `schema (table_id, schema_version)`: the column names and DuckDB types
 //!   DuckLake created the table with; its presence means the table exists.
 //! - `chunk (table_id, schema_version, begin_snapshot, seq)`: the rows one
-//!   commit inserted, each `[row_id, user values…]`. User values are opaque
+//!   commit inserted, each `[row_id, user values…]`, in insertion order. User values are opaque
 //!   DuckDB values serialized by the shim, so every type DuckLake inlines,
 //!   nested ones included, round-trips exactly.
 //! - `ended (table_id, schema_version, row_id, begin_snapshot)`: the
@@ -312,15 +312,19 @@ pub async fn committed_data_rows(
     Ok(rows)
 }
 
-/// Inlined rows in insertion order: DuckLake gives the rows of one commit
-/// one begin snapshot and ascending row ids. A chunk split by a partial
-/// delete keeps its rows in this order whatever sequences its parts get.
+/// Inlined rows in insertion order, the order a DuckDB table keeps them in.
+/// The store serves them by begin snapshot, then by chunk sequence and
+/// position, which is that order because a commit's rows all begin at its
+/// own snapshot and a partial delete rewrites a chunk in place. The sort is
+/// stable, so it only moves rows that began earlier ahead of later ones.
 pub fn sort_data_rows(rows: &mut [Row]) {
     rows.sort_by(|a, b| order_by(&DATA_ROW_ORDER, a, b));
 }
 
-/// The columns [`sort_data_rows`] orders by: insertion order.
-pub const DATA_ROW_ORDER: [usize; 2] = [BEGIN_SNAPSHOT, ROW_ID];
+/// The columns [`sort_data_rows`] orders by; rows equal in them keep their
+/// insertion order (not their row ids: an UPDATE inserts row versions in the
+/// order it meets them).
+pub const DATA_ROW_ORDER: [usize; 1] = [BEGIN_SNAPSHOT];
 
 /// The order of rows by the cells of `columns`, a missing one first.
 pub fn order_by(columns: &[usize], a: &Row, b: &Row) -> std::cmp::Ordering {

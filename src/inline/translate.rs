@@ -6,9 +6,9 @@
 //! (RFC 0007: expiry of inlined versions, and the flush drain) are gathered
 //! per (table, schema version) and applied chunk by chunk when the commit
 //! finishes, after every insert and drain of the same commit is known: a
-//! wholly selected chunk is removed, a partly selected one is rewritten as
-//! contiguous runs of surviving row ids that keep their begin snapshot, row
-//! ids and user values. `end_snapshot` lives apart, as an end mark.
+//! wholly selected chunk is removed, a partly selected one is rewritten in
+//! place with the rows that stay, in their order. `end_snapshot` lives
+//! apart, as an end mark.
 
 use super::{
     chunk_coordinates, chunk_key, chunk_prefix, chunk_record, delete_table_key, deleted_row_key,
@@ -160,22 +160,17 @@ impl InlineCommit {
     }
 
     /// A wholly selected chunk is removed; a partly selected one is
-    /// rewritten as contiguous runs of surviving row ids, the first run
-    /// under the chunk's own sequence and further runs under sequences above
-    /// every chunk of that begin snapshot. A selected version that no chunk
+    /// rewritten with the rows that stay, under its own key, so they keep
+    /// their place in insertion order. A selected version that no chunk
     /// holds fails the commit.
     async fn apply_deletes(&mut self, writes: &mut WriteSet<'_>) -> Result<()> {
         for ((table_id, version), mut wanted) in std::mem::take(&mut self.deletes) {
             let begins: BTreeSet<i64> = wanted.iter().map(|(_, b)| *b).collect();
             for begin in begins {
-                let chunk_keys = writes
+                for key in writes
                     .live_keys(&begin_prefix(table_id, version, begin))
-                    .await?;
-                let mut next_seq = 0;
-                for key in &chunk_keys {
-                    next_seq = next_seq.max(chunk_coordinates(key)?.1 + 1);
-                }
-                for key in chunk_keys {
+                    .await?
+                {
                     let Some(chunk) = writes.load(&key, CHUNK).await? else {
                         continue;
                     };
@@ -191,20 +186,12 @@ impl InlineCommit {
                             wanted.remove(&(id, begin));
                         }
                     }
-                    let (_, seq) = chunk_coordinates(&key)?;
-                    writes.remove(key);
-                    for (i, run) in contiguous_runs(kept).into_iter().enumerate() {
-                        let run_seq = if i == 0 {
-                            seq
-                        } else {
-                            next_seq += 1;
-                            next_seq - 1
-                        };
-                        writes.put(
-                            chunk_key(table_id, version, begin, run_seq),
-                            CHUNK,
-                            chunk_record(&run),
-                        );
+                    match kept.is_empty() {
+                        true => writes.remove(key),
+                        false => {
+                            let kept: Vec<Row> = kept.into_iter().cloned().collect();
+                            writes.put(key, CHUNK, chunk_record(&kept));
+                        }
                     }
                 }
             }
@@ -324,21 +311,6 @@ fn begin_prefix(table_id: i64, version: i64, begin: i64) -> Vec<u8> {
 /// The row id of a row as a chunk stores it (`[row_id, user values…]`).
 fn stored_row_id(row: &Row) -> Option<i64> {
     row.first().and_then(Cell::as_int)
-}
-
-/// Splits stored rows (ordered by row id) into runs of consecutive row ids.
-fn contiguous_runs(rows: Vec<&Row>) -> Vec<Vec<Row>> {
-    let mut runs: Vec<Vec<Row>> = Vec::new();
-    let mut last: Option<i64> = None;
-    for row in rows {
-        let id = stored_row_id(row);
-        match (runs.last_mut(), last, id) {
-            (Some(run), Some(prev), Some(id)) if id == prev + 1 => run.push(row.clone()),
-            _ => runs.push(vec![row.clone()]),
-        }
-        last = id;
-    }
-    runs
 }
 
 /// `(row_id, begin_snapshot)` of a full inlined data row.

@@ -526,18 +526,16 @@ mod tests {
         });
         assert_eq!(only_appended(T, &deleting, || None), None);
 
-        // Inlined rows are served by begin snapshot, then row id.
+        // Inlined rows are served by begin snapshot, then in insertion order.
         let inline = TableRef::InlineData {
             table_id: 1,
             schema_version: 1,
         };
-        let later = vec![insert(inline, row(&[7, 3])), insert(inline, row(&[8, 3]))];
+        let later = vec![insert(inline, row(&[8, 3])), insert(inline, row(&[7, 3]))];
         assert_eq!(
-            only_appended(inline, &later, || Some(row(&[6, 2]))).map(|a| a.len()),
+            only_appended(inline, &later, || Some(row(&[9, 3]))).map(|a| a.len()),
             Some(2)
         );
-        assert_eq!(only_appended(inline, &later, || Some(row(&[9, 3]))), None);
-        let reversed = vec![insert(inline, row(&[8, 3])), insert(inline, row(&[7, 3]))];
-        assert_eq!(only_appended(inline, &reversed, || None), None);
+        assert_eq!(only_appended(inline, &later, || Some(row(&[6, 4]))), None);
     }
 }
