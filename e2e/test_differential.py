@@ -205,6 +205,31 @@ def test_inlined_rows_keep_insertion_order_not_row_id_order(tmp):
     assert kept == [(0, 2, 5, "b"), (1, 2, 4, "b"), (2, 2, None, "b"), (4, 4, None, "z"), (1, 4, None, "z")], kept
 
 
+def test_data_files_are_visited_in_the_file_catalogs_order(tmp):
+    """DuckLake lists a table's files by a LEFT JOIN of `ducklake_data_file` and `ducklake_delete_file` without
+    ORDER BY, so rows come in the order of the side DuckDB's planner probes. After delete files replaced others,
+    DuckDB's own table still counts the deleted rows and the planner flips the join; moraine's estimates count
+    them too, and its scans take and prune filters as DuckDB's do, so the plan, the row order of `list(id)` and
+    `LIMIT`, and the Parquet files later statements write from them are the same."""
+    same(tmp, [
+        "USE lake",
+        "CREATE TABLE t2 (id INTEGER, b DOUBLE)",
+        "INSERT INTO t2 (id, b) SELECT i, (i / 5)::DOUBLE FROM range(428, 578) r(i)",
+        "UPDATE t2 SET b = b * 2 WHERE id % 7 = 3",
+        "ALTER TABLE t2 ADD COLUMN c1 DOUBLE",
+        "UPDATE t2 SET b = b * 2 WHERE id % 2 = 1",
+        "DELETE FROM t2 WHERE id % 7 = 6",
+        "INSERT INTO t2 (id, b, c1) SELECT i, (i / 2)::DOUBLE, (i / 4)::DOUBLE FROM range(97, 98) r(i)",
+        "INSERT INTO t2 (id, b, c1) SELECT i, (i / 4)::DOUBLE, (i / 4)::DOUBLE FROM range(320, 470) r(i)",
+        "UPDATE t2 SET id = id + 1000 WHERE id % 4 = 1",
+        "CALL ducklake_flush_inlined_data('lake')",
+        "DELETE FROM t2 WHERE id % 9 = 0",
+        "DELETE FROM t2 WHERE id % 7 = 3",
+        "SELECT list(id) FROM t2",
+        "SELECT id FROM t2 LIMIT 3",
+    ])
+
+
 # Every kind of object DuckLake's expiry cascade handles (RFC 0007, steps 5, 6 and 8): views, tags and column
 # tags, scalar and table macros, partitions, sort keys, column and name mappings (files added from outside),
 # inlined data and inlined deletions, dropped schemas and dropped tables, inline tables included.

@@ -31,6 +31,10 @@ struct MoraineScanState : public GlobalTableFunctionState {
 	unique_ptr<Expression> predicate;
 	unique_ptr<ExpressionExecutor> filter;
 	bool filter_made = false;
+	//! When DuckDB prunes the columns only the filters read (`filter_prune`): where each output column is among
+	//! `column_ids`. The scan then fills `scanned` with every column, filters it and hands on these.
+	vector<idx_t> projection_ids;
+	DataChunk scanned;
 
 	idx_t MaxThreads() const override {
 		return 1;
@@ -183,6 +187,20 @@ static unique_ptr<GlobalTableFunctionState> MoraineScanInit(ClientContext &conte
 	auto bounds = Bounds(bind.table, state->column_ids, input.filters);
 	state->scan = txn.Scan(bind.table, bounds);
 	state->row_count = moraine_scan_row_count(state->scan);
+	if (input.CanRemoveFilterColumns()) {
+		state->projection_ids = input.projection_ids;
+		vector<LogicalType> types;
+		auto virtual_columns = bind.table.GetVirtualColumns();
+		for (auto column : state->column_ids) {
+			if (!IsVirtualColumn(column)) {
+				types.push_back(bind.table.GetColumn(LogicalIndex(column)).Type());
+				continue;
+			}
+			auto known = virtual_columns.find(column);
+			types.push_back(known == virtual_columns.end() ? LogicalType::ROW_TYPE : known->second.type);
+		}
+		state->scanned.Initialize(context, types);
+	}
 	return std::move(state);
 }
 
@@ -208,30 +226,49 @@ static void FillChunk(const MoraineScanBindData &bind, MoraineScanState &state, 
 	output.SetCardinality(count);
 }
 
+//! Hands the `count` rows of `scanned` that `kept` selects (all of them when it is null) on as `output`, with only
+//! the columns DuckDB asked for when it pruned the filters' own.
+static void Emit(MoraineScanState &state, DataChunk &scanned, DataChunk &output, const SelectionVector *kept,
+                 idx_t count) {
+	if (&scanned != &output) {
+		for (idx_t i = 0; i < state.projection_ids.size(); i++) {
+			output.data[i].Reference(scanned.data[state.projection_ids[i]]);
+		}
+		output.SetCardinality(scanned.size());
+	}
+	if (kept) {
+		output.Slice(*kept, count);
+	}
+}
+
 static void MoraineScanExecute(ClientContext &context, TableFunctionInput &input, DataChunk &output) {
 	auto &bind = input.bind_data->Cast<MoraineScanBindData>();
 	auto &state = input.global_state->Cast<MoraineScanState>();
+	auto &scanned = state.projection_ids.empty() ? output : state.scanned;
 	// An empty chunk ends the scan, so a chunk the filters empty is followed by the next.
 	while (state.offset < state.row_count) {
 		output.Reset();
-		FillChunk(bind, state, output);
+		scanned.Reset();
+		FillChunk(bind, state, scanned);
 		if (!state.filter_made) {
-			state.predicate = state.filters ? MakePredicate(*state.filters, output) : nullptr;
+			state.predicate = state.filters ? MakePredicate(*state.filters, scanned) : nullptr;
 			if (state.predicate) {
 				state.filter = make_uniq<ExpressionExecutor>(context, *state.predicate);
 			}
 			state.filter_made = true;
 		}
 		if (!state.filter) {
+			Emit(state, scanned, output, nullptr, scanned.size());
 			return;
 		}
 		SelectionVector kept(STANDARD_VECTOR_SIZE);
-		auto kept_count = state.filter->SelectExpression(output, kept);
-		if (kept_count == output.size()) {
+		auto kept_count = state.filter->SelectExpression(scanned, kept);
+		if (kept_count == scanned.size()) {
+			Emit(state, scanned, output, nullptr, kept_count);
 			return;
 		}
 		if (kept_count > 0) {
-			output.Slice(kept, kept_count);
+			Emit(state, scanned, output, &kept, kept_count);
 			return;
 		}
 	}
@@ -240,12 +277,14 @@ static void MoraineScanExecute(ClientContext &context, TableFunctionInput &input
 
 //! The planner orders joins and picks each hash join's build side by these estimates. Without them every scan
 //! counted as one row, and DuckLake's join of `ducklake_delete_file` with `ducklake_data_file` built its hash table
-//! from every data file instead of from the (usually empty) delete files.
+//! from every data file instead of from the (usually empty) delete files. They are the counts DuckDB's own table
+//! would give, deleted rows it still holds included, so the planner picks the file catalog's plans, and DuckLake's
+//! unordered queries return rows in its order.
 static unique_ptr<NodeStatistics> MoraineScanCardinality(ClientContext &context, const FunctionData *bind_data) {
 	auto &bind = bind_data->Cast<MoraineScanBindData>();
 	try {
 		auto &txn = MoraineTransaction::Get(context, bind.table.catalog);
-		auto rows = txn.RowCount(bind.table);
+		auto rows = txn.RowEstimate(bind.table);
 		return make_uniq<NodeStatistics>(rows, rows);
 	} catch (std::exception &) {
 		// No estimate: the scan itself reports what went wrong.
@@ -331,6 +370,13 @@ static vector<PartitionStatistics> MoraineScanPartitionStats(ClientContext &cont
 	return partitions;
 }
 
+//! Any filter on one column comes into the scan, as into DuckDB's own: DuckLake's `(12 < end_snapshot OR end_snapshot
+//! IS NULL)` then counts among the scan's filters when the join planner estimates its rows, as on the file catalog,
+//! and its column is pruned with the others. The scan evaluates it like every other filter ([`MakePredicate`]).
+static bool MorainePushdownExpression(ClientContext &, const LogicalGet &, Expression &) {
+	return true;
+}
+
 //! Names the table behind a scan, which DuckDB needs to bind UPDATE and DELETE.
 static BindInfo MoraineScanBindInfo(const optional_ptr<FunctionData> bind_data) {
 	return BindInfo(bind_data->Cast<MoraineScanBindData>().table);
@@ -343,6 +389,11 @@ TableFunction MoraineScanFunction() {
 	// (DuckLake's `snapshot_id = (SELECT MAX(snapshot_id) ...)`); the scan applies them and lets the core leave
 	// out what they cannot keep.
 	function.filter_pushdown = true;
+	// The columns only those filters read are the scan's to drop, as DuckDB's own scan does; without this, DuckDB
+	// puts a projection above the scan, whose estimate the join planner does not update, so a hash join's build
+	// side was chosen from stale estimates and DuckLake's unordered file lists came back in another order.
+	function.filter_prune = true;
+	function.pushdown_expression = MorainePushdownExpression;
 	function.get_bind_info = MoraineScanBindInfo;
 	function.cardinality = MoraineScanCardinality;
 	function.get_partition_stats = MoraineScanPartitionStats;

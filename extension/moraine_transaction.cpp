@@ -196,6 +196,18 @@ idx_t MoraineTransaction::RowCount(MoraineTableEntry &table) {
 	return counted.rows;
 }
 
+idx_t MoraineTransaction::RowEstimate(MoraineTableEntry &table) {
+	auto estimated = KnownOr(table, ROW_ESTIMATE, [&]() {
+		auto txn = TxnFor(table);
+		uint64_t estimate = 0;
+		MoraineCall([&](char **err) { return moraine_txn_row_estimate(txn, table.Handle(), &estimate, err); });
+		MoraineIntStats stats {};
+		stats.rows = estimate;
+		return stats;
+	});
+	return estimated.rows;
+}
+
 MoraineIntStats MoraineTransaction::IntStats(MoraineTableEntry &table, idx_t column) {
 	return KnownOr(table, column, [&]() {
 		auto txn = TxnFor(table);

@@ -27,6 +27,8 @@ public:
 	MoraineScan *Scan(MoraineTableEntry &table, const vector<MoraineScanBound> &bounds);
 	//! How many rows a scan of the table would see now, before filters.
 	idx_t RowCount(MoraineTableEntry &table);
+	//! How many rows DuckDB's own table would count: the row count and the deleted rows such a table still counts.
+	idx_t RowEstimate(MoraineTableEntry &table);
 	//! The exact statistics of integer column `column` as a scan of the table would see it now.
 	MoraineIntStats IntStats(MoraineTableEntry &table, idx_t column);
 	void Insert(MoraineTableEntry &table, idx_t rows, idx_t columns, const MoraineCell *cells);
@@ -54,13 +56,14 @@ private:
 	//! DuckDB's optimizer asks for the same counts and column statistics again and again while it plans one
 	//! statement (about five times per column for a plain scan); they are kept here until this transaction next writes,
 	//! since only its own writes change what its scans see. Keyed by table handle and column (`ROW_COUNT` for
-	//! the row count).
+	//! the row count, `ROW_ESTIMATE` for the planner's).
 	struct KnownStats {
 		const MoraineTableDesc *table;
 		idx_t column;
 		MoraineIntStats stats;
 	};
 	static constexpr idx_t ROW_COUNT = DConstants::INVALID_INDEX;
+	static constexpr idx_t ROW_ESTIMATE = DConstants::INVALID_INDEX - 1;
 	vector<KnownStats> known_stats;
 	mutex known_stats_lock;
 	//! Forgets the statistics above; every write of this transaction calls it.

@@ -433,9 +433,13 @@ async fn known_snapshot_keys_still_refuse_what_does_not_exist() {
         rows.iter().map(|row| row[0].as_int().unwrap()).collect(),
     );
     let view = store.snapshot().await.unwrap();
+    let facts = moraine::staged::translate::CommitFacts {
+        known,
+        ..Default::default()
+    };
     let commit = |ops: Vec<moraine::staged::StagedOp>| {
-        let (store, view, known) = (&store, &view, &known);
-        async move { moraine::staged::translate::commit(store, view, head, &ops, known).await }
+        let (store, view, facts) = (&store, &view, &facts);
+        async move { moraine::staged::translate::commit(store, view, head, &ops, facts).await }
     };
     let missing = commit(vec![moraine::staged::StagedOp::Delete {
         table: fixed(Kind::Snapshot),

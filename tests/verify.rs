@@ -116,7 +116,10 @@ async fn a_head_behind_the_newest_snapshot_is_a_violation() {
     plant(
         &store,
         keys::SYS_HEAD,
-        &encode_record(moraine::catalog::HEAD_TAG, &stale.record()),
+        &encode_record(
+            moraine::catalog::HEAD_TAG,
+            &stale.record(&Default::default()),
+        ),
     )
     .await;
     let check = check_catalog(&store).await.unwrap();

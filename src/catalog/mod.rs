@@ -224,11 +224,13 @@ pub const FORMAT_VERSION: i64 = 1;
 
 impl Head {
     /// The record `sys/head` holds, framed with [`HEAD_TAG`].
-    pub fn record(&self) -> Record {
-        Record::new(vec![
+    pub fn record(&self, deleted_rows: &DeletedRowCounts) -> Record {
+        let mut record = Record::new(vec![
             Cell::Int(self.snapshot_id),
             Cell::Int(self.batch_count),
-        ])
+        ]);
+        deleted_rows.add_to(&mut record);
+        record
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Head> {
@@ -239,6 +241,81 @@ impl Head {
                 batch_count: *batch_count,
             }),
             _ => Err(Error::corruption("sys/head has an unexpected shape")),
+        }
+    }
+}
+
+/// The rows DuckLake deleted from each table since it was last empty.
+///
+/// DuckDB's planner estimates a table's rows by what its storage holds, and
+/// a DuckDB table keeps counting deleted rows until a checkpoint drops a
+/// row group all of whose rows are gone. DuckLake deletes rows of
+/// `ducklake_delete_file` (a delete file another replaces), of its inlined
+/// tables (a flush) and of every history table (an expiry), so on the file
+/// catalog those estimates run above the live rows, and they decide the
+/// probe side of a hash join, and so the order of DuckLake's unordered file
+/// lists. moraine adds these counts to its estimates so DuckDB plans the
+/// same joins. They ride in `sys/head` as children, which a build without
+/// them ignores, and a table leaves the list when a commit empties or
+/// drops it (DuckDB forgets at its next checkpoint instead).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeletedRowCounts(std::collections::BTreeMap<TableRef, u64>);
+
+/// The tag of [`DeletedRowCounts`]' children in `sys/head`.
+const DELETED_ROWS_TAG: u8 = 1;
+
+impl DeletedRowCounts {
+    /// The counts a `sys/head` value holds; none in one written before them.
+    pub fn of_head(bytes: &[u8]) -> Result<DeletedRowCounts> {
+        let record = decode_record(HEAD_TAG, bytes)?;
+        let mut counts = std::collections::BTreeMap::new();
+        for row in record.children_of(DELETED_ROWS_TAG) {
+            match row.as_slice() {
+                [Cell::Text(name), Cell::Int(count)] => {
+                    if let (Some(table), Ok(count)) = (TableRef::parse(name), u64::try_from(*count))
+                    {
+                        counts.insert(table, count);
+                    }
+                }
+                _ => {
+                    return Err(Error::corruption(
+                        "a deleted-row count in sys/head has an unexpected shape",
+                    ))
+                }
+            }
+        }
+        Ok(DeletedRowCounts(counts))
+    }
+
+    pub fn get(&self, table: TableRef) -> u64 {
+        self.0.get(&table).copied().unwrap_or(0)
+    }
+
+    /// The counts after a commit that deleted `deleted` committed rows from
+    /// each table, and emptied or dropped those in `gone`.
+    pub fn after(
+        &self,
+        deleted: impl IntoIterator<Item = (TableRef, u64)>,
+        gone: impl IntoIterator<Item = TableRef>,
+    ) -> DeletedRowCounts {
+        let mut counts = self.0.clone();
+        for (table, n) in deleted {
+            *counts.entry(table).or_default() += n;
+        }
+        for table in gone {
+            counts.remove(&table);
+        }
+        counts.retain(|_, n| *n > 0);
+        DeletedRowCounts(counts)
+    }
+
+    fn add_to(&self, record: &mut Record) {
+        for (table, count) in &self.0 {
+            let count = i64::try_from(*count).unwrap_or(i64::MAX);
+            record.push_child(
+                DELETED_ROWS_TAG,
+                vec![Cell::Text(table.name()), Cell::Int(count)],
+            );
         }
     }
 }
@@ -520,5 +597,39 @@ pub fn repair_schema_versions(rows: &mut Vec<Row>, data_files: &Rows) {
                 }));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::value::encode_record;
+
+    #[test]
+    fn deleted_row_counts_ride_in_the_head_and_an_older_head_has_none() {
+        let head = Head {
+            snapshot_id: 7,
+            batch_count: 9,
+        };
+        let older = encode_record(HEAD_TAG, &Record::new(vec![Cell::Int(7), Cell::Int(9)]));
+        assert_eq!(
+            DeletedRowCounts::of_head(&older).unwrap(),
+            DeletedRowCounts::default()
+        );
+
+        let snapshots = TableRef::Fixed(Kind::Snapshot);
+        let inlined = TableRef::InlineData {
+            table_id: 3,
+            schema_version: 2,
+        };
+        let counts = DeletedRowCounts::default().after([(snapshots, 4), (inlined, 2)], []);
+        let bytes = encode_record(HEAD_TAG, &head.record(&counts));
+        assert_eq!(Head::decode(&bytes).unwrap(), head);
+        let read = DeletedRowCounts::of_head(&bytes).unwrap();
+        assert_eq!(read, counts);
+        assert_eq!((read.get(snapshots), read.get(inlined)), (4, 2));
+
+        let later = read.after([(snapshots, 1)], [inlined]);
+        assert_eq!((later.get(snapshots), later.get(inlined)), (5, 0));
     }
 }

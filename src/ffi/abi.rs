@@ -742,6 +742,23 @@ pub extern "C" fn moraine_txn_row_count(
     })
 }
 
+/// Writes how many rows DuckDB's own table would count for `table` now, for
+/// the planner's cardinality estimates: with the rows DuckLake deleted that
+/// such a table still counts ([`crate::catalog::DeletedRowCounts`]).
+#[no_mangle]
+pub extern "C" fn moraine_txn_row_estimate(
+    txn: *mut MoraineTxn,
+    table: *const MoraineTableDesc,
+    estimate_out: *mut u64,
+    err: *mut *mut c_char,
+) -> Status {
+    guarded(err, || {
+        let table = table_of(table)?;
+        let estimate = on_staged(txn, async |s| s.row_estimate(table).await)?;
+        write(estimate_out, estimate, "row estimate")
+    })
+}
+
 /// Writes the exact statistics of integer column `column` of `table` as a
 /// scan would see it now, for DuckDB's optimizer. Reads the table as a scan
 /// would, and keeps it for the scan.

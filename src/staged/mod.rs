@@ -19,7 +19,7 @@ pub mod translate;
 use crate::catalog::expiring;
 use crate::catalog::image::Images;
 use crate::catalog::writes::KnownKeys;
-use crate::catalog::{self, ColumnDesc, Head, Kind, Row, Rows, TableRef};
+use crate::catalog::{self, ColumnDesc, DeletedRowCounts, Head, Kind, Row, Rows, TableRef};
 use crate::error::{Error, Result};
 use crate::inline;
 use crate::store::value::CellRef;
@@ -113,6 +113,8 @@ struct Pinned {
     head: Option<Head>,
     rows: HashMap<TableRef, Arc<Rows>>,
     inline: Arc<InlineTables>,
+    /// The head's deleted-row counts, read when first asked for.
+    deleted_rows: Option<Arc<DeletedRowCounts>>,
 }
 
 /// What the transactions of one attach share: the committed rows they read,
@@ -403,6 +405,7 @@ impl StagedTransaction {
                 head,
                 rows: HashMap::new(),
                 inline,
+                deleted_rows: None,
             });
         }
         self.pinned
@@ -609,6 +612,90 @@ impl StagedTransaction {
         Ok(rows)
     }
 
+    /// The deleted-row counts of the pinned head: kept by this attach, or
+    /// read from `sys/head`.
+    async fn deleted_rows(&mut self) -> Result<Arc<DeletedRowCounts>> {
+        let store = self.store.clone();
+        let shared = self.shared.clone();
+        let pinned = self.pin().await?;
+        if let Some(counts) = &pinned.deleted_rows {
+            return Ok(counts.clone());
+        }
+        let counts = match shared.rows.deleted_rows(pinned.head) {
+            Some(kept) => kept,
+            None => {
+                let read = match store
+                    .get(&pinned.view, crate::store::keys::SYS_HEAD)
+                    .await?
+                {
+                    Some(bytes) => DeletedRowCounts::of_head(&bytes)?,
+                    None => DeletedRowCounts::default(),
+                };
+                let read = Arc::new(read);
+                shared.rows.offer_deleted_rows(pinned.head, &read);
+                read
+            }
+        };
+        pinned.deleted_rows = Some(counts.clone());
+        Ok(counts)
+    }
+
+    /// How many rows DuckDB's own table would count for `table` now, for
+    /// the planner's estimates: the rows a scan sees, those this transaction
+    /// deleted, and those deleted before that the table still counts
+    /// ([`DeletedRowCounts`]).
+    pub async fn row_estimate(&mut self, table: TableRef) -> Result<u64> {
+        let visible = self.visible_rows(table).await?.len() as u64;
+        let deleting = self
+            .ops
+            .iter()
+            .filter(|op| matches!(op, StagedOp::Delete { table: t, .. } if *t == table))
+            .count() as u64;
+        Ok(visible + deleting + self.deleted_rows().await?.get(table))
+    }
+
+    /// The deleted-row counts once this transaction commits: its deletes of
+    /// committed rows are added, and the tables it empties or drops leave.
+    async fn deleted_rows_after_commit(&mut self) -> Result<DeletedRowCounts> {
+        let before = self.deleted_rows().await?;
+        let mut deleted: HashMap<TableRef, u64> = HashMap::new();
+        let mut gone = Vec::new();
+        for op in self.ops.iter() {
+            match op {
+                StagedOp::Delete { table, .. } => *deleted.entry(*table).or_default() += 1,
+                StagedOp::DropTable { table } => gone.push(*table),
+                _ => {}
+            }
+        }
+        if deleted.is_empty() && gone.is_empty() {
+            return Ok(before.as_ref().clone());
+        }
+        for (table, count) in deleted.iter_mut() {
+            // A row this transaction inserted never reached the table.
+            let inserted: std::collections::HashSet<&Row> = self
+                .ops
+                .iter()
+                .filter_map(|op| match op {
+                    StagedOp::Insert { table: t, row } if t == table => Some(row),
+                    _ => None,
+                })
+                .collect();
+            if !inserted.is_empty() {
+                let own = self.ops.iter().filter(|op| {
+                    matches!(op, StagedOp::Delete { table: t, row } if t == table && inserted.contains(row))
+                });
+                *count = count.saturating_sub(own.count() as u64);
+            }
+        }
+        let tables: Vec<TableRef> = deleted.keys().copied().collect();
+        for table in tables {
+            if !gone.contains(&table) && self.visible_rows(table).await?.is_empty() {
+                gone.push(table);
+            }
+        }
+        Ok(before.after(deleted, gone))
+    }
+
     /// The rows a scan of `table` sees now: committed rows with this
     /// transaction's staged operations applied.
     pub async fn visible_rows(&mut self, table: TableRef) -> Result<Arc<Rows>> {
@@ -796,9 +883,16 @@ impl StagedTransaction {
     /// this transaction's view, without committing it.
     pub async fn prepare(&mut self) -> Result<translate::PreparedCommit> {
         let premise = self.premise().await?;
-        let known = self.known_keys()?;
+        let facts = self.commit_facts().await?;
         let view = self.pinned_view()?;
-        translate::prepare(&self.store, view, premise, &self.ops, &known).await
+        translate::prepare(&self.store, view, premise, &self.ops, &facts).await
+    }
+
+    async fn commit_facts(&mut self) -> Result<translate::CommitFacts> {
+        Ok(translate::CommitFacts {
+            deleted_rows: self.deleted_rows_after_commit().await?,
+            known: self.known_keys()?,
+        })
     }
 
     /// The keys a commit need not read: when it deletes snapshots (an expiry
@@ -878,9 +972,9 @@ impl StagedTransaction {
             return Ok(CommitOutcome::Empty);
         }
         let premise = self.premise().await?;
-        let known = self.known_keys()?;
+        let facts = self.commit_facts().await?;
         let view = self.pinned_view()?;
-        let landed = translate::commit(&self.store, view, premise, &self.ops, &known).await;
+        let landed = translate::commit(&self.store, view, premise, &self.ops, &facts).await;
         self.store.commits().record(&landed);
         if let Err(e) = &landed {
             if !matches!(
@@ -906,9 +1000,13 @@ impl StagedTransaction {
             if let Some(stamp) = stamp {
                 self.shared.head_left(stamp, head);
             }
-            self.shared
-                .rows
-                .committed(premise, head, &self.ops, finished);
+            self.shared.rows.committed(
+                premise,
+                head,
+                &self.ops,
+                finished,
+                Arc::new(facts.deleted_rows),
+            );
         }
         self.shared.claims.release(self.claimant);
         self.ops.clear();

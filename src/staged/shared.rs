@@ -18,7 +18,7 @@
 use super::overlay;
 use super::StagedOp;
 use crate::catalog::image::{Images, TableRows};
-use crate::catalog::{ColumnDesc, Head, Rows, TableRef};
+use crate::catalog::{ColumnDesc, DeletedRowCounts, Head, Rows, TableRef};
 use foldhash::fast::RandomState;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -39,6 +39,7 @@ struct State {
     /// The store's image of the kept head, read once; empty when the store
     /// holds none for this head.
     images: Option<Arc<Images>>,
+    deleted_rows: Option<Arc<DeletedRowCounts>>,
 }
 
 /// Whether a commit whose operations name the tables `operated` changes
@@ -137,6 +138,23 @@ impl SharedRows {
         });
     }
 
+    pub fn deleted_rows(&self, head: Option<Head>) -> Option<Arc<DeletedRowCounts>> {
+        self.with_state(|s| {
+            (s.head == Some(head))
+                .then(|| s.deleted_rows.clone())
+                .flatten()
+        })
+        .flatten()
+    }
+
+    pub fn offer_deleted_rows(&self, head: Option<Head>, counts: &Arc<DeletedRowCounts>) {
+        self.with_state(|s| {
+            if s.keeps(head) {
+                s.deleted_rows = Some(counts.clone());
+            }
+        });
+    }
+
     pub fn images(&self, head: Head) -> Option<Arc<Images>> {
         self.with_state(|s| {
             (s.head == Some(Some(head)))
@@ -172,13 +190,15 @@ impl SharedRows {
     /// this process that applied `ops`. A table the committing transaction
     /// already overlaid with all of them takes that overlay (`finished`),
     /// which is what applying them again would compute. Anything that cannot
-    /// be carried exactly is dropped, to be read from the store again.
+    /// be carried exactly is dropped, to be read from the store again. The
+    /// commit wrote `deleted_rows` into the new head.
     pub fn committed(
         &self,
         premise: Option<Head>,
         head: Head,
         ops: &[StagedOp],
         finished: HashMap<TableRef, Finished>,
+        deleted_rows: Arc<DeletedRowCounts>,
     ) {
         self.with_state(|s| {
             if s.head != Some(premise) {
@@ -186,6 +206,7 @@ impl SharedRows {
                 return;
             }
             s.head = Some(Some(head));
+            s.deleted_rows = Some(deleted_rows);
             // The tables the operations name, once: an expiry stages
             // thousands of operations on a handful of tables.
             let operated: HashSet<TableRef, RandomState> =

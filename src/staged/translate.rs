@@ -13,7 +13,7 @@
 use super::{CommitOutcome, StagedOp};
 use crate::catalog::expiring::{self, Expiring};
 use crate::catalog::writes::{KnownKeys, WriteSet};
-use crate::catalog::{self, Cell, Head, Kind, Lifecycle, Row, TableRef};
+use crate::catalog::{self, Cell, DeletedRowCounts, Head, Kind, Lifecycle, Row, TableRef};
 use crate::column;
 use crate::error::{Error, Result};
 use crate::inline::{self, translate::InlineCommit};
@@ -42,9 +42,9 @@ pub async fn commit(
     view: &ReadView,
     premise: Option<Head>,
     ops: &[StagedOp],
-    known: &KnownKeys,
+    facts: &CommitFacts,
 ) -> Result<Landed> {
-    prepare(store, view, premise, ops, known)
+    prepare(store, view, premise, ops, facts)
         .await?
         .commit(store)
         .await
@@ -66,15 +66,24 @@ pub struct PreparedCommit {
     outcome: CommitOutcome,
 }
 
+/// What a commit is told beside its operations.
+#[derive(Debug, Default)]
+pub struct CommitFacts {
+    /// Keys that exist at the premise, which translation then neither reads
+    /// nor reads ahead.
+    pub known: KnownKeys,
+    /// The counts `sys/head` holds once the commit lands.
+    pub deleted_rows: DeletedRowCounts,
+}
+
 /// Opens a store transaction, checks the premise through it and writes the
-/// translated operations into it. `known` holds keys that exist at
-/// `premise`, which translation then neither reads nor reads ahead.
+/// translated operations into it.
 pub async fn prepare(
     store: &Store,
     view: &ReadView,
     premise: Option<Head>,
     ops: &[StagedOp],
-    known: &KnownKeys,
+    facts: &CommitFacts,
 ) -> Result<PreparedCommit> {
     let mut txn = store.begin(view)?;
     let head = match txn.get(keys::SYS_HEAD).await? {
@@ -89,7 +98,7 @@ pub async fn prepare(
             describe(head)
         )));
     }
-    let outcome = Translator::new(&txn, head, known).translate(ops).await?;
+    let outcome = Translator::new(&txn, head, facts).translate(ops).await?;
     Ok(PreparedCommit { txn, outcome })
 }
 
@@ -201,6 +210,7 @@ struct Translator<'a> {
     expired: BTreeSet<i64>,
     inline: InlineCommit,
     head: Option<Head>,
+    deleted_rows: &'a DeletedRowCounts,
     minted: Option<i64>,
     bootstrap: bool,
     /// The insertion ordinal the next new record gets.
@@ -214,14 +224,15 @@ struct Translator<'a> {
 }
 
 impl<'a> Translator<'a> {
-    fn new(txn: &'a StoreTxn, head: Option<Head>, known: &'a KnownKeys) -> Self {
+    fn new(txn: &'a StoreTxn, head: Option<Head>, facts: &'a CommitFacts) -> Self {
         Translator {
             txn,
-            writes: WriteSet::new(txn, known),
+            writes: WriteSet::new(txn, &facts.known),
             expiring: None,
             expired: BTreeSet::new(),
             inline: InlineCommit::default(),
             head,
+            deleted_rows: &facts.deleted_rows,
             minted: None,
             bootstrap: false,
             next_ordinal: (head.map_or(0, |h| h.batch_count) + 1) << ORDINAL_BITS,
@@ -768,8 +779,11 @@ impl<'a> Translator<'a> {
             snapshot_id,
             batch_count,
         };
-        self.writes
-            .put(keys::SYS_HEAD.to_vec(), catalog::HEAD_TAG, head.record());
+        self.writes.put(
+            keys::SYS_HEAD.to_vec(),
+            catalog::HEAD_TAG,
+            head.record(self.deleted_rows),
+        );
         if !self.expired.is_empty() {
             let (key, value) = expiring::entry(batch_count, &self.expired);
             self.txn.put(&key, &value)?;
