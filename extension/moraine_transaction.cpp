@@ -184,28 +184,22 @@ MoraineIntStats MoraineTransaction::KnownOr(MoraineTableEntry &table, idx_t colu
 	return stats;
 }
 
-idx_t MoraineTransaction::RowCount(MoraineTableEntry &table) {
-	auto counted = KnownOr(table, ROW_COUNT, [&]() {
+idx_t MoraineTransaction::KnownCount(MoraineTableEntry &table, idx_t key, CountCall count) {
+	auto known = KnownOr(table, key, [&]() {
 		auto txn = TxnFor(table);
-		uint64_t count = 0;
-		MoraineCall([&](char **err) { return moraine_txn_row_count(txn, table.Handle(), &count, err); });
 		MoraineIntStats stats {};
-		stats.rows = count;
+		MoraineCall([&](char **err) { return count(txn, table.Handle(), &stats.rows, err); });
 		return stats;
 	});
-	return counted.rows;
+	return known.rows;
+}
+
+idx_t MoraineTransaction::RowCount(MoraineTableEntry &table) {
+	return KnownCount(table, ROW_COUNT, moraine_txn_row_count);
 }
 
 idx_t MoraineTransaction::RowEstimate(MoraineTableEntry &table) {
-	auto estimated = KnownOr(table, ROW_ESTIMATE, [&]() {
-		auto txn = TxnFor(table);
-		uint64_t estimate = 0;
-		MoraineCall([&](char **err) { return moraine_txn_row_estimate(txn, table.Handle(), &estimate, err); });
-		MoraineIntStats stats {};
-		stats.rows = estimate;
-		return stats;
-	});
-	return estimated.rows;
+	return KnownCount(table, ROW_ESTIMATE, moraine_txn_row_estimate);
 }
 
 MoraineIntStats MoraineTransaction::IntStats(MoraineTableEntry &table, idx_t column) {

@@ -71,6 +71,9 @@ private:
 	//! The statistics of `column` (or the row count) known for `table`, else those `compute` returns, kept.
 	template <class F>
 	MoraineIntStats KnownOr(MoraineTableEntry &table, idx_t column, F compute);
+	//! A count the core's `count` gives for `table`, kept under `key` as the statistics are.
+	using CountCall = MoraineStatus (*)(MoraineTxn *, const MoraineTableDesc *, uint64_t *, char **);
+	idx_t KnownCount(MoraineTableEntry &table, idx_t key, CountCall count);
 };
 
 } // namespace duckdb
