@@ -166,44 +166,44 @@ MoraineScan *MoraineTransaction::Scan(MoraineTableEntry &table, const vector<Mor
 void MoraineTransaction::Wrote() {
 	lock_guard<mutex> guard(known_stats_lock);
 	known_stats.clear();
+	known_counts.clear();
 }
 
-template <class F>
-MoraineIntStats MoraineTransaction::KnownOr(MoraineTableEntry &table, idx_t column, F compute) {
+template <class T, class F>
+T MoraineTransaction::KnownOr(vector<Known<T>> &known, MoraineTableEntry &table, idx_t column, F compute) {
 	{
 		lock_guard<mutex> guard(known_stats_lock);
-		for (auto &known : known_stats) {
-			if (known.table == table.Handle() && known.column == column) {
-				return known.stats;
+		for (auto &entry : known) {
+			if (entry.table == table.Handle() && entry.column == column) {
+				return entry.value;
 			}
 		}
 	}
-	auto stats = compute();
+	auto value = compute();
 	lock_guard<mutex> guard(known_stats_lock);
-	known_stats.push_back(KnownStats {table.Handle(), column, stats});
-	return stats;
+	known.push_back(Known<T> {table.Handle(), column, value});
+	return value;
 }
 
-idx_t MoraineTransaction::KnownCount(MoraineTableEntry &table, idx_t key, CountCall count) {
-	auto known = KnownOr(table, key, [&]() {
+MoraineRowCounts MoraineTransaction::RowCounts(MoraineTableEntry &table) {
+	return KnownOr(known_counts, table, ROW_COUNTS, [&]() {
 		auto txn = TxnFor(table);
-		MoraineIntStats stats {};
-		MoraineCall([&](char **err) { return count(txn, table.Handle(), &stats.rows, err); });
-		return stats;
+		MoraineRowCounts counts {};
+		MoraineCall([&](char **err) { return moraine_txn_row_counts(txn, table.Handle(), &counts, err); });
+		return counts;
 	});
-	return known.rows;
 }
 
 idx_t MoraineTransaction::RowCount(MoraineTableEntry &table) {
-	return KnownCount(table, ROW_COUNT, moraine_txn_row_count);
+	return RowCounts(table).rows;
 }
 
 idx_t MoraineTransaction::RowEstimate(MoraineTableEntry &table) {
-	return KnownCount(table, ROW_ESTIMATE, moraine_txn_row_estimate);
+	return RowCounts(table).estimate;
 }
 
 MoraineIntStats MoraineTransaction::IntStats(MoraineTableEntry &table, idx_t column) {
-	return KnownOr(table, column, [&]() {
+	return KnownOr(known_stats, table, column, [&]() {
 		auto txn = TxnFor(table);
 		MoraineIntStats stats {};
 		MoraineCall([&](char **err) { return moraine_txn_int_stats(txn, table.Handle(), column, &stats, err); });

@@ -55,25 +55,25 @@ private:
 	vector<shared_ptr<MoraineTableEntry>> retired;
 	//! DuckDB's optimizer asks for the same counts and column statistics again and again while it plans one
 	//! statement (about five times per column for a plain scan); they are kept here until this transaction next writes,
-	//! since only its own writes change what its scans see. Keyed by table handle and column (`ROW_COUNT` for
-	//! the row count, `ROW_ESTIMATE` for the planner's).
-	struct KnownStats {
+	//! since only its own writes change what its scans see. Keyed by table handle and column (`ROW_COUNTS` for a
+	//! table's counts).
+	template <class T>
+	struct Known {
 		const MoraineTableDesc *table;
 		idx_t column;
-		MoraineIntStats stats;
+		T value;
 	};
-	static constexpr idx_t ROW_COUNT = DConstants::INVALID_INDEX;
-	static constexpr idx_t ROW_ESTIMATE = DConstants::INVALID_INDEX - 1;
-	vector<KnownStats> known_stats;
+	static constexpr idx_t ROW_COUNTS = DConstants::INVALID_INDEX;
+	vector<Known<MoraineIntStats>> known_stats;
+	vector<Known<MoraineRowCounts>> known_counts;
 	mutex known_stats_lock;
 	//! Forgets the statistics above; every write of this transaction calls it.
 	void Wrote();
-	//! The statistics of `column` (or the row count) known for `table`, else those `compute` returns, kept.
-	template <class F>
-	MoraineIntStats KnownOr(MoraineTableEntry &table, idx_t column, F compute);
-	//! A count the core's `count` gives for `table`, kept under `key` as the statistics are.
-	using CountCall = MoraineStatus (*)(MoraineTxn *, const MoraineTableDesc *, uint64_t *, char **);
-	idx_t KnownCount(MoraineTableEntry &table, idx_t key, CountCall count);
+	//! What `known` holds for `table` and `column`, else what `compute` returns, kept there.
+	template <class T, class F>
+	T KnownOr(vector<Known<T>> &known, MoraineTableEntry &table, idx_t column, F compute);
+	//! The exact row count and the planner's estimate of `table`, from one call into the core.
+	MoraineRowCounts RowCounts(MoraineTableEntry &table);
 };
 
 } // namespace duckdb

@@ -79,6 +79,16 @@ pub struct MoraineScan {
     scan: Scan,
 }
 
+/// A table's row counts ([`moraine_txn_row_counts`]).
+#[repr(C)]
+pub struct MoraineRowCounts {
+    /// The rows a scan sees.
+    pub rows: u64,
+    /// The rows DuckDB's own table would count: with those deleted that it
+    /// still holds ([`crate::catalog::DeletedRowCounts`]).
+    pub estimate: u64,
+}
+
 /// What one integer column holds, for DuckDB's optimizer
 /// ([`crate::catalog::rows::IntStats`]); `min` and `max` are meaningful only when
 /// `rows > nulls`.
@@ -727,35 +737,25 @@ pub extern "C" fn moraine_txn_scan(
     })
 }
 
-/// Writes how many rows a scan of `table` would see now, for DuckDB's
-/// planner. Reads the table as a scan would, and keeps it for the scan.
+/// Writes how many rows a scan of `table` would see now, exactly, for the
+/// statistics DuckDB folds `COUNT(*)` from, and how many DuckDB's own table
+/// would count, for the planner's estimates. Reads the table as a scan
+/// would, and keeps it for the scan.
 #[no_mangle]
-pub extern "C" fn moraine_txn_row_count(
+pub extern "C" fn moraine_txn_row_counts(
     txn: *mut MoraineTxn,
     table: *const MoraineTableDesc,
-    count_out: *mut u64,
-    err: *mut *mut c_char,
-) -> Status {
-    guarded(err, || {
-        let rows = visible_rows(txn, table)?;
-        write(count_out, rows.len() as u64, "row count")
-    })
-}
-
-/// Writes how many rows DuckDB's own table would count for `table` now, for
-/// the planner's cardinality estimates: with the rows DuckLake deleted that
-/// such a table still counts ([`crate::catalog::DeletedRowCounts`]).
-#[no_mangle]
-pub extern "C" fn moraine_txn_row_estimate(
-    txn: *mut MoraineTxn,
-    table: *const MoraineTableDesc,
-    estimate_out: *mut u64,
+    counts_out: *mut MoraineRowCounts,
     err: *mut *mut c_char,
 ) -> Status {
     guarded(err, || {
         let table = table_of(table)?;
-        let estimate = on_staged(txn, async |s| s.row_estimate(table).await)?;
-        write(estimate_out, estimate, "row estimate")
+        let (rows, estimate) = on_staged(txn, async |s| s.row_counts(table).await)?;
+        write(
+            counts_out,
+            MoraineRowCounts { rows, estimate },
+            "row counts",
+        )
     })
 }
 

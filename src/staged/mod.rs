@@ -640,18 +640,19 @@ impl StagedTransaction {
         Ok(counts)
     }
 
-    /// How many rows DuckDB's own table would count for `table` now, for
-    /// the planner's estimates: the rows a scan sees, those this transaction
-    /// deleted, and those deleted before that the table still counts
-    /// ([`DeletedRowCounts`]).
-    pub async fn row_estimate(&mut self, table: TableRef) -> Result<u64> {
+    /// How many rows a scan of `table` sees now, and how many DuckDB's own
+    /// table would count, for the planner's estimates: those rows, the ones
+    /// this transaction deleted, and those deleted before that the table
+    /// still counts ([`DeletedRowCounts`]).
+    pub async fn row_counts(&mut self, table: TableRef) -> Result<(u64, u64)> {
         let visible = self.visible_rows(table).await?.len() as u64;
         let deleting = self
             .ops
             .iter()
             .filter(|op| matches!(op, StagedOp::Delete { table: t, .. } if *t == table))
             .count() as u64;
-        Ok(visible + deleting + self.deleted_rows().await?.get(table))
+        let estimate = visible + deleting + self.deleted_rows().await?.get(table);
+        Ok((visible, estimate))
     }
 
     /// The deleted-row counts once this transaction commits: its deletes of
