@@ -161,6 +161,13 @@ def test_expiry_and_cleanup_leave_the_same_catalog(tmp):
     ])
 
 
+def natural_rows(out, table, columns):
+    """`columns` of moraine's rows of metadata table `table` in the order a scan without ORDER BY served them."""
+    names, rows = out.mor_meta[table]
+    pick = [names.index(c) for c in columns]
+    return [tuple(r[i] for i in pick) for r in rows]
+
+
 def test_unordered_metadata_scans_keep_insertion_order(tmp):
     """A metadata table read without ORDER BY comes back in insertion order, with updated rows (DuckLake's
     `SET end_snapshot`) where they were: the example of the row-faithfulness issue, on Parquet files only.
@@ -178,9 +185,8 @@ def test_unordered_metadata_scans_keep_insertion_order(tmp):
         "ALTER TABLE b ADD COLUMN j INTEGER DEFAULT 42",
         "CALL ducklake_merge_adjacent_files('lake')",
     ])
-    names, rows = out.mor_meta["ducklake_column"]
-    pick = [names.index(c) for c in ("table_id", "column_id", "default_value", "end_snapshot")]
-    seen = [tuple(r[i] for i in pick[:3]) + (r[pick[3]] is None,) for r in rows]
+    seen = [r[:3] + (r[3] is None,)
+            for r in natural_rows(out, "ducklake_column", ("table_id", "column_id", "default_value", "end_snapshot"))]
     assert seen == [(1, 1, 'NULL', False), (2, 1, 'NULL', True), (1, 1, '7', True), (2, 2, '42', True)], seen
 
 
@@ -195,13 +201,12 @@ def test_inlined_rows_keep_insertion_order_not_row_id_order(tmp):
         "INSERT INTO t SELECT i, 'b' FROM range(3) r(i)",
         "INSERT INTO t SELECT i, 'p' FROM range(20) r(i)",
         "UPDATE t SET s = 'z' WHERE id = 1",
-        "SELECT row_id, begin_snapshot, end_snapshot, id, s FROM __ducklake_metadata_lake.main.ducklake_inlined_data_1_1",
+        "SELECT row_id, begin_snapshot, end_snapshot, id, s "
+        "FROM __ducklake_metadata_lake.main.ducklake_inlined_data_1_1",
         "DELETE FROM t WHERE id = 0",
         "SELECT id, s FROM t",
     ])
-    names, rows = out.mor_meta["ducklake_inlined_data_1_1"]
-    pick = [names.index(c) for c in ("row_id", "begin_snapshot", "end_snapshot", "s")]
-    kept = [tuple(r[i] for i in pick) for r in rows]
+    kept = natural_rows(out, "ducklake_inlined_data_1_1", ("row_id", "begin_snapshot", "end_snapshot", "s"))
     assert kept == [(0, 2, 5, "b"), (1, 2, 4, "b"), (2, 2, None, "b"), (4, 4, None, "z"), (1, 4, None, "z")], kept
 
 
