@@ -266,6 +266,10 @@ struct StagedOps {
     /// the committed ones (an expiry deletes thousands of snapshots). `None`
     /// once anything else was staged on the table.
     deleted_at: HashMap<TableRef, Option<Vec<bool>>>,
+    /// Per table, how many rows the staged operations delete: the planner
+    /// asks for every table of every statement, and an expiry stages
+    /// thousands of operations.
+    deletes: HashMap<TableRef, u64>,
 }
 
 impl StagedOps {
@@ -284,6 +288,7 @@ impl StagedOps {
             .or_insert_with(|| Some(vec![false; committed]));
         for (row, at) in deletes {
             self.ops.push(StagedOp::Delete { table, row });
+            *self.deletes.entry(table).or_default() += 1;
             match (gone.as_mut(), at) {
                 (Some(positions), Some(at)) if at < positions.len() && !positions[at] => {
                     positions[at] = true;
@@ -307,6 +312,9 @@ impl StagedOps {
         // Only push_deletes keeps a table's positions.
         self.deleted_at.insert(table, None);
         let hides = overlay::can_hide_children(&op);
+        if let StagedOp::Delete { .. } = op {
+            *self.deletes.entry(table).or_default() += 1;
+        }
         self.ops.push(op);
         self.note_last(table, hides);
     }
@@ -646,11 +654,7 @@ impl StagedTransaction {
     /// still counts ([`DeletedRowCounts`]).
     pub async fn row_counts(&mut self, table: TableRef) -> Result<(u64, u64)> {
         let visible = self.visible_rows(table).await?.len() as u64;
-        let deleting = self
-            .ops
-            .iter()
-            .filter(|op| matches!(op, StagedOp::Delete { table: t, .. } if *t == table))
-            .count() as u64;
+        let deleting = self.ops.deletes.get(&table).copied().unwrap_or(0);
         let estimate = visible + deleting + self.deleted_rows().await?.get(table);
         Ok((visible, estimate))
     }
@@ -659,15 +663,15 @@ impl StagedTransaction {
     /// committed rows are added, and the tables it empties or drops leave.
     async fn deleted_rows_after_commit(&mut self) -> Result<DeletedRowCounts> {
         let before = self.deleted_rows().await?;
-        let mut deleted: HashMap<TableRef, u64> = HashMap::new();
-        let mut gone = Vec::new();
-        for op in self.ops.iter() {
-            match op {
-                StagedOp::Delete { table, .. } => *deleted.entry(*table).or_default() += 1,
-                StagedOp::DropTable { table } => gone.push(*table),
-                _ => {}
-            }
-        }
+        let mut deleted = self.ops.deletes.clone();
+        let mut gone: Vec<TableRef> = self
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                StagedOp::DropTable { table } => Some(*table),
+                _ => None,
+            })
+            .collect();
         if deleted.is_empty() && gone.is_empty() {
             return Ok(before.as_ref().clone());
         }
